@@ -1,0 +1,41 @@
+import type { Outcome } from './outcome.js';
+
+/** One message as the broker delivered it. `body` is kept exactly as received, for the HMAC. */
+export interface RawMessage {
+  /** The broker's id for this delivery (for logs and dead letters). */
+  readonly id: string;
+  readonly body: string | Uint8Array;
+  /** 1-based delivery count (SQS ApproximateReceiveCount, Storage Queue dequeueCount, …). */
+  readonly attempt: number;
+  /** When the broker accepted the message, in ms; the reference for the age check. */
+  readonly enqueuedAt?: number | undefined;
+  /** Broker facts worth keeping in a dead-letter record. */
+  readonly metadata?: Readonly<Record<string, string | number | boolean | null>>;
+}
+
+/**
+ * The one interface every transport implements. The worker calls `receive` while it has free
+ * capacity, runs the pipeline, and hands each message's outcome to `settle`, which maps it onto
+ * the broker (delete, change visibility, checkpoint, HTTP status).
+ */
+export interface SourceAdapter<M extends RawMessage = RawMessage> {
+  /** A short name for logs and dead-letter records, e.g. `sqs:orders`. */
+  readonly name: string;
+  /** The most messages one `receive` call returns. */
+  readonly maxBatchSize: number;
+  /**
+   * Waits for up to `max` messages. Returns `[]` when a wait ended empty and `null` once the
+   * source is exhausted for good (a file read to its end). Must return promptly when `signal`
+   * aborts.
+   */
+  receive(max: number, signal: AbortSignal): Promise<readonly M[] | null>;
+  /** Applies an outcome. A message is settled exactly once. */
+  settle(message: M, outcome: Outcome): Promise<void>;
+  /**
+   * Keeps a message that is still being handled invisible to other consumers. Called every
+   * `heartbeatIntervalMs`; when it throws, the handler is aborted and the message is not acked.
+   */
+  heartbeat?(message: M): Promise<void>;
+  readonly heartbeatIntervalMs?: number;
+  close(): Promise<void>;
+}

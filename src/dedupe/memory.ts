@@ -1,0 +1,87 @@
+import { randomUUID } from 'node:crypto';
+import type { ClaimResult, DedupeState, DedupeStore } from './types.js';
+
+interface Entry {
+  done: boolean;
+  token: string;
+  expiresAt: number;
+}
+
+export interface MemoryDedupeOptions {
+  /** Clock in ms, injectable for tests. */
+  now?: () => number;
+}
+
+/**
+ * An in-process store for tests and single-process consumers that accept losing the dedupe
+ * state on restart. Expired entries are swept lazily.
+ */
+export class MemoryDedupeStore implements DedupeStore {
+  readonly #entries = new Map<string, Entry>();
+  readonly #now: () => number;
+  #sweepAt = 0;
+
+  constructor(options: MemoryDedupeOptions = {}) {
+    this.#now = options.now ?? Date.now;
+  }
+
+  async claim(eventId: string, leaseMs: number): Promise<ClaimResult> {
+    const now = this.#now();
+    this.#sweep(now);
+    const entry = this.#entries.get(eventId);
+    if (entry && entry.expiresAt > now) {
+      return entry.done
+        ? { status: 'duplicate' }
+        : { status: 'in_progress', retryAfterMs: entry.expiresAt - now };
+    }
+    const token = randomUUID();
+    this.#entries.set(eventId, { done: false, token, expiresAt: now + leaseMs });
+    return { status: 'claimed', token };
+  }
+
+  async extend(eventId: string, token: string, leaseMs: number): Promise<boolean> {
+    const entry = this.#owned(eventId, token);
+    if (!entry) return false;
+    entry.expiresAt = this.#now() + leaseMs;
+    return true;
+  }
+
+  async complete(eventId: string, token: string, retentionMs: number): Promise<boolean> {
+    const entry = this.#owned(eventId, token);
+    if (!entry) return false;
+    entry.done = true;
+    entry.expiresAt = this.#now() + retentionMs;
+    return true;
+  }
+
+  async release(eventId: string, token: string): Promise<void> {
+    if (this.#owned(eventId, token)) this.#entries.delete(eventId);
+  }
+
+  async peek(eventId: string): Promise<DedupeState> {
+    const entry = this.#entries.get(eventId);
+    if (!entry || entry.expiresAt <= this.#now()) return 'absent';
+    return entry.done ? 'done' : 'in_progress';
+  }
+
+  async close(): Promise<void> {
+    this.#entries.clear();
+  }
+
+  #owned(eventId: string, token: string): Entry | undefined {
+    const entry = this.#entries.get(eventId);
+    // An expired lease that nobody took over is still ours: the token is what proves ownership.
+    if (!entry || entry.done || entry.token !== token) return undefined;
+    return entry;
+  }
+
+  #sweep(now: number): void {
+    if (now < this.#sweepAt) return;
+    this.#sweepAt = now + 60_000;
+    for (const [id, entry] of this.#entries) if (entry.expiresAt <= now) this.#entries.delete(id);
+  }
+}
+
+export function memoryDedupe(options?: MemoryDedupeOptions): MemoryDedupeStore {
+  return new MemoryDedupeStore(options);
+}

@@ -1,0 +1,38 @@
+/**
+ * De-duplication on `event_id` as a lease, not a flag:
+ *
+ *   claim ──► handler ──► complete   (done: later deliveries are duplicates for `retentionMs`)
+ *         └─► handler fails ──► release (the next delivery may claim again)
+ *
+ * A claim held by another live worker means "not now" (`in_progress`): the message is retried
+ * later, never acked as a duplicate. A claim whose lease expired (its worker crashed) can be
+ * taken over. Every call carries the owner token returned by `claim`, so a worker whose lease
+ * was taken over cannot complete or release someone else's claim.
+ */
+export type ClaimResult =
+  | { readonly status: 'claimed'; readonly token: string }
+  | { readonly status: 'duplicate' }
+  | { readonly status: 'in_progress'; readonly retryAfterMs: number };
+
+export type DedupeState = 'absent' | 'in_progress' | 'done';
+
+export interface DedupeStore {
+  /** Takes the lease for `eventId` for `leaseMs`, unless it is done or leased by someone else. */
+  claim(eventId: string, leaseMs: number): Promise<ClaimResult>;
+  /** Extends a held lease (heartbeat for slow handlers). False when the lease is no longer ours. */
+  extend(eventId: string, token: string, leaseMs: number): Promise<boolean>;
+  /** Marks the event done for `retentionMs`. False when the lease was lost to another worker. */
+  complete(eventId: string, token: string, retentionMs: number): Promise<boolean>;
+  /** Gives a held lease back so the next delivery can claim it. */
+  release(eventId: string, token: string): Promise<void>;
+  /** Reads the state without changing it (dry runs, diagnostics). */
+  peek(eventId: string): Promise<DedupeState>;
+  close(): Promise<void>;
+}
+
+/** 7 days: well past the publisher's 48-hour retry window. */
+export const DEFAULT_RETENTION_MS = 7 * 24 * 60 * 60 * 1000;
+/** 60 s lease, extended every third of it while the handler runs. */
+export const DEFAULT_LEASE_MS = 60_000;
+/** The publisher's maximum retry window (spec, Events → Delivery). */
+export const PUBLISHER_RETRY_WINDOW_MS = 48 * 60 * 60 * 1000;

@@ -1,0 +1,130 @@
+/**
+ * Every error the kit raises carries a stable string `code`. Codes are part of the public
+ * contract: they appear in logs, metrics, dead-letter records and CLI output.
+ */
+export const VERIFICATION_CODES = [
+  'MALFORMED_ENVELOPE',
+  'ENVELOPE_TOO_LARGE',
+  'TIMESTAMP_TOO_OLD',
+  'TIMESTAMP_TOO_NEW',
+  'SIGNATURE_MISMATCH',
+  'BODY_NOT_JSON',
+  'ENVELOPE_MISMATCH',
+] as const;
+
+export const ERROR_CODES = [
+  ...VERIFICATION_CODES,
+  'SCHEMA_INVALID',
+  'UNKNOWN_EVENT_TYPE',
+  'HANDLER_FAILED',
+  'HANDLER_TIMEOUT',
+  'HANDLER_REQUESTED_RETRY',
+  'HANDLER_REQUESTED_DEAD_LETTER',
+  'LEASE_LOST',
+  'IN_PROGRESS',
+  'DEDUPE_UNAVAILABLE',
+  'SHUTDOWN',
+  'CONFIG_INVALID',
+  'SECRET_INVALID',
+  'ADAPTER_ERROR',
+] as const;
+
+export type VerificationCode = (typeof VERIFICATION_CODES)[number];
+export type ErrorCode = (typeof ERROR_CODES)[number];
+
+// A registry-wide symbol, so `isPartnerEventsError` holds when both the ESM and the CJS build
+// of this package are loaded in one process (their classes differ, the brand does not).
+const BRAND = Symbol.for('partner-health-events.error');
+
+export interface PartnerEventsErrorOptions {
+  cause?: unknown;
+  details?: Readonly<Record<string, unknown>>;
+}
+
+export class PartnerEventsError extends Error {
+  readonly code: ErrorCode;
+  readonly details: Readonly<Record<string, unknown>>;
+  readonly [BRAND] = true;
+
+  constructor(code: ErrorCode, message: string, options: PartnerEventsErrorOptions = {}) {
+    super(message, options.cause === undefined ? undefined : { cause: options.cause });
+    this.name = 'PartnerEventsError';
+    this.code = code;
+    this.details = options.details ?? {};
+  }
+}
+
+export function isPartnerEventsError(value: unknown): value is PartnerEventsError {
+  return typeof value === 'object' && value !== null && (value as Record<symbol, unknown>)[BRAND] === true;
+}
+
+/** The message failed one of the spec's verification steps (or the kit's extra envelope checks). */
+export class VerificationError extends PartnerEventsError {
+  declare readonly code: VerificationCode;
+  constructor(code: VerificationCode, message: string, options?: PartnerEventsErrorOptions) {
+    super(code, message, options);
+    this.name = 'VerificationError';
+  }
+}
+
+/** The verified body does not match the schema of its event type. */
+export class PayloadValidationError extends PartnerEventsError {
+  constructor(message: string, options?: PartnerEventsErrorOptions) {
+    super('SCHEMA_INVALID', message, options);
+    this.name = 'PayloadValidationError';
+  }
+}
+
+/** Options, config files or secrets are unusable; raised at start-up, before anything connects. */
+export class ConfigError extends PartnerEventsError {
+  constructor(
+    message: string,
+    options?: PartnerEventsErrorOptions & { code?: 'CONFIG_INVALID' | 'SECRET_INVALID' },
+  ) {
+    super(options?.code ?? 'CONFIG_INVALID', message, options);
+    this.name = 'ConfigError';
+  }
+}
+
+/** The dedupe store could not be reached or answered with an error; always retryable. */
+export class DedupeUnavailableError extends PartnerEventsError {
+  constructor(message: string, options?: PartnerEventsErrorOptions) {
+    super('DEDUPE_UNAVAILABLE', message, options);
+    this.name = 'DedupeUnavailableError';
+  }
+}
+
+/** A queue adapter failed to talk to its broker. */
+export class AdapterError extends PartnerEventsError {
+  constructor(message: string, options?: PartnerEventsErrorOptions) {
+    super('ADAPTER_ERROR', message, options);
+    this.name = 'AdapterError';
+  }
+}
+
+/**
+ * Thrown by a handler to say "not now": the message is retried after `delayMs` (or the
+ * configured backoff) and dead-lettered once the attempts run out.
+ */
+export class RetryLaterError extends PartnerEventsError {
+  readonly delayMs: number | undefined;
+  constructor(
+    message = 'handler asked to retry later',
+    options: PartnerEventsErrorOptions & { delayMs?: number } = {},
+  ) {
+    super('HANDLER_REQUESTED_RETRY', message, options);
+    this.name = 'RetryLaterError';
+    this.delayMs = options.delayMs;
+  }
+}
+
+/**
+ * Thrown by a handler to say "this will never succeed": the message is dead-lettered at once
+ * (with this error's message as the reason) and then acknowledged.
+ */
+export class DeadLetterError extends PartnerEventsError {
+  constructor(message: string, options?: PartnerEventsErrorOptions) {
+    super('HANDLER_REQUESTED_DEAD_LETTER', message, options);
+    this.name = 'DeadLetterError';
+  }
+}

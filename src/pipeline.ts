@@ -1,0 +1,323 @@
+import type { Logger } from 'pino';
+import type { RawMessage } from './adapter.js';
+import type { DedupeStore } from './dedupe/types.js';
+import {
+  DeadLetterError,
+  type ErrorCode,
+  isPartnerEventsError,
+  RetryLaterError,
+  VerificationError,
+} from './errors.js';
+import { eventSchemas, isKnownEventType, type UnknownEvent } from './events/schemas.js';
+import { backoffDelay, decide, type Outcome, type RetryPolicy } from './outcome.js';
+import type { Handler, HandlerContext, Router } from './router.js';
+import type { Keyring } from './secrets.js';
+import { type VerifiedMessage, verifyMessage } from './verify.js';
+
+export interface PipelineSettings {
+  readonly maxEnvelopeBytes: number;
+  readonly maxAgeSeconds: number;
+  readonly maxFutureSkewSeconds: number;
+  readonly strictAge: boolean;
+  readonly checkAge: boolean;
+  readonly retry: RetryPolicy;
+  readonly leaseMs: number;
+  readonly retentionMs: number;
+  readonly handlerTimeoutMs: number;
+  readonly unknownEventTypes: 'ack' | 'dead-letter';
+}
+
+export interface PipelineDeps {
+  readonly keyring: Keyring;
+  readonly dedupe: DedupeStore;
+  readonly router: Router;
+  readonly logger: Logger;
+  readonly now?: () => number;
+}
+
+/** The outcome of one message with what was learned about it on the way. */
+export interface ProcessResult {
+  readonly outcome: Outcome;
+  /** Known once the signature verified (ids from the signed body). */
+  readonly eventId?: string;
+  readonly eventType?: string;
+  readonly keyId?: string;
+  readonly attempt: number;
+  readonly durationMs: number;
+}
+
+type Fail = { code: ErrorCode; reason: string; delayMs?: number };
+
+/**
+ * One message in, one outcome out; never throws. Order (DESIGN.md): envelope → age → HMAC →
+ * body → id copies → claim → schema → handlers → complete. Nothing about a message that failed
+ * verification reaches the dedupe store.
+ */
+export class Pipeline {
+  readonly #settings: PipelineSettings;
+  readonly #deps: PipelineDeps;
+  readonly #now: () => number;
+
+  constructor(settings: PipelineSettings, deps: PipelineDeps) {
+    this.#settings = settings;
+    this.#deps = deps;
+    this.#now = deps.now ?? Date.now;
+  }
+
+  async process(message: RawMessage, signal?: AbortSignal): Promise<ProcessResult> {
+    const started = performance.now();
+    const s = this.#settings;
+    const finish = (outcome: Outcome, verified?: VerifiedMessage): ProcessResult => {
+      const result: ProcessResult = {
+        outcome,
+        attempt: message.attempt,
+        durationMs: performance.now() - started,
+      };
+      return verified
+        ? { ...result, eventId: verified.eventId, eventType: verified.eventType, keyId: verified.keyId }
+        : result;
+    };
+    const fail = (f: Fail, verified?: VerifiedMessage) =>
+      finish(decide(f.code, f.reason, message.attempt, s.retry, f.delayMs), verified);
+
+    let verified: VerifiedMessage;
+    try {
+      verified = verifyMessage(message.body, {
+        keyring: this.#deps.keyring,
+        now: this.#now(),
+        enqueuedAt: message.enqueuedAt,
+        strictAge: s.strictAge,
+        checkAge: s.checkAge,
+        maxAgeSeconds: s.maxAgeSeconds,
+        maxFutureSkewSeconds: s.maxFutureSkewSeconds,
+        maxEnvelopeBytes: s.maxEnvelopeBytes,
+      });
+    } catch (error) {
+      if (error instanceof VerificationError) return fail({ code: error.code, reason: error.message });
+      return fail({ code: 'MALFORMED_ENVELOPE', reason: 'unexpected verification failure' });
+    }
+
+    const { eventType } = verified;
+    let handlers: readonly Handler<never>[];
+    let schema: (typeof eventSchemas)[keyof typeof eventSchemas] | undefined;
+    if (isKnownEventType(eventType)) {
+      handlers = this.#deps.router.match(eventType);
+      schema = eventSchemas[eventType];
+    } else {
+      const unknown = this.#deps.router.unknownHandler;
+      if (unknown) {
+        handlers = [unknown];
+      } else if (s.unknownEventTypes === 'dead-letter') {
+        return fail(
+          { code: 'UNKNOWN_EVENT_TYPE', reason: `event type "${eventType}" is not in the catalog` },
+          verified,
+        );
+      } else {
+        this.#deps.logger.warn(
+          { event_id: verified.eventId, event_type: eventType },
+          'event type not in the catalog and no unknown handler: acked without handling',
+        );
+        return finish({ kind: 'ack', result: 'ignored' }, verified);
+      }
+    }
+    // Nobody wants this type: nothing to de-duplicate or run.
+    if (handlers.length === 0) return finish({ kind: 'ack', result: 'ignored' }, verified);
+
+    const { dedupe } = this.#deps;
+    let claim: Awaited<ReturnType<DedupeStore['claim']>>;
+    try {
+      claim = await dedupe.claim(verified.eventId, s.leaseMs);
+    } catch (error) {
+      return fail({ code: 'DEDUPE_UNAVAILABLE', reason: errorMessage(error) }, verified);
+    }
+    if (claim.status === 'duplicate') return finish({ kind: 'ack', result: 'duplicate' }, verified);
+    if (claim.status === 'in_progress') {
+      return fail(
+        {
+          code: 'IN_PROGRESS',
+          reason: 'another worker holds this event',
+          // Usually the holder finishes in milliseconds: look again soon, backing off per attempt.
+          delayMs: Math.max(100, Math.min(claim.retryAfterMs, backoffDelay(message.attempt, s.retry))),
+        },
+        verified,
+      );
+    }
+    const { token } = claim;
+
+    let event: unknown = verified.payload;
+    if (schema) {
+      const parsed = schema.safeParse(verified.payload);
+      if (!parsed.success) {
+        await this.#release(verified.eventId, token);
+        const issues = parsed.error.issues
+          .map((i) => `${i.path.join('.') || '(body)'}: ${i.message}`)
+          .join('; ');
+        return fail(
+          { code: 'SCHEMA_INVALID', reason: `body does not match ${eventType}: ${issues}` },
+          verified,
+        );
+      }
+      event = parsed.data;
+    }
+
+    const failure = await this.#runHandlers(handlers, event, verified, message, token, signal);
+    if (failure) {
+      // A timed-out or lease-lost handler may still be running: keep the claim until its lease
+      // expires so no second copy starts alongside it.
+      if (failure.code !== 'HANDLER_TIMEOUT' && failure.code !== 'LEASE_LOST') {
+        await this.#release(verified.eventId, token);
+      }
+      return fail(failure, verified);
+    }
+
+    try {
+      const completed = await dedupe.complete(verified.eventId, token, s.retentionMs);
+      if (!completed) {
+        this.#deps.logger.warn(
+          { event_id: verified.eventId, event_type: eventType },
+          'lease was taken over before completion: this event may have been handled twice',
+        );
+      }
+    } catch (error) {
+      // The handlers succeeded: acking is right. Not recording "done" only matters if another
+      // copy arrives later, which then runs the handlers again (the documented crash window).
+      this.#deps.logger.error(
+        { event_id: verified.eventId, err: errorMessage(error) },
+        'could not record event as done in the dedupe store; acking anyway',
+      );
+    }
+    return finish({ kind: 'ack', result: 'handled' }, verified);
+  }
+
+  async #runHandlers(
+    handlers: readonly Handler<never>[],
+    event: unknown,
+    verified: VerifiedMessage,
+    message: RawMessage,
+    token: string,
+    external: AbortSignal | undefined,
+  ): Promise<Fail | undefined> {
+    const s = this.#settings;
+    const controller = new AbortController();
+    let abortCode: ErrorCode | undefined;
+    const abort = (code: ErrorCode) => {
+      if (abortCode) return;
+      abortCode = code;
+      controller.abort(new Error(code));
+    };
+    const onExternal = () => abort('SHUTDOWN');
+    if (external?.aborted) return { code: 'SHUTDOWN', reason: 'consumer is stopping', delayMs: 0 };
+    external?.addEventListener('abort', onExternal, { once: true });
+
+    const timeout = setTimeout(() => abort('HANDLER_TIMEOUT'), s.handlerTimeoutMs);
+    const heartbeat = setInterval(
+      () => {
+        this.#deps.dedupe.extend(verified.eventId, token, s.leaseMs).then(
+          (held) => {
+            if (!held) abort('LEASE_LOST');
+          },
+          () => abort('LEASE_LOST'),
+        );
+      },
+      Math.max(100, Math.floor(s.leaseMs / 3)),
+    );
+    const aborted = new Promise<void>((resolve) =>
+      controller.signal.addEventListener('abort', () => resolve()),
+    );
+
+    const context = this.#context(verified, message, controller.signal);
+    try {
+      for (const handler of handlers) {
+        const run = Promise.resolve().then(() => handler(event as never, context));
+        await Promise.race([run, aborted]);
+        if (abortCode) {
+          run.catch(() => undefined); // the handler may still settle later; nobody is listening
+          break;
+        }
+      }
+    } catch (error) {
+      if (!abortCode) return handlerFailure(error);
+    } finally {
+      clearTimeout(timeout);
+      clearInterval(heartbeat);
+      external?.removeEventListener('abort', onExternal);
+    }
+    if (abortCode === 'SHUTDOWN')
+      return { code: 'SHUTDOWN', reason: 'consumer stopped before the handler finished', delayMs: 0 };
+    if (abortCode === 'HANDLER_TIMEOUT') {
+      return {
+        code: abortCode,
+        reason: `handler ran longer than ${s.handlerTimeoutMs}ms`,
+        delayMs: s.leaseMs,
+      };
+    }
+    if (abortCode === 'LEASE_LOST') {
+      return { code: abortCode, reason: 'dedupe lease could not be extended', delayMs: s.leaseMs };
+    }
+    if (abortCode) return { code: abortCode, reason: 'handler aborted' };
+    return undefined;
+  }
+
+  #context(verified: VerifiedMessage, message: RawMessage, signal: AbortSignal): HandlerContext {
+    const parent = this.#deps.logger;
+    let logger: Logger | undefined;
+    return {
+      eventId: verified.eventId,
+      eventType: verified.eventType,
+      signedAt: verified.signedAt,
+      keyId: verified.keyId,
+      attempt: message.attempt,
+      messageId: message.id,
+      enqueuedAt: message.enqueuedAt,
+      rawBody: verified.envelope.body,
+      signal,
+      // Created on first use: most handlers never log, and a child logger is not free.
+      get logger() {
+        logger ??= parent.child({
+          event_id: verified.eventId,
+          event_type: verified.eventType,
+          attempt: message.attempt,
+        });
+        return logger;
+      },
+    };
+  }
+
+  async #release(eventId: string, token: string): Promise<void> {
+    try {
+      await this.#deps.dedupe.release(eventId, token);
+    } catch (error) {
+      // The lease then simply expires; the next delivery waits for it.
+      this.#deps.logger.warn(
+        { event_id: eventId, err: errorMessage(error) },
+        'could not release dedupe claim',
+      );
+    }
+  }
+}
+
+function handlerFailure(error: unknown): Fail {
+  if (
+    error instanceof RetryLaterError ||
+    (isPartnerEventsError(error) && error.code === 'HANDLER_REQUESTED_RETRY')
+  ) {
+    const delayMs = (error as RetryLaterError).delayMs;
+    return delayMs === undefined
+      ? { code: 'HANDLER_REQUESTED_RETRY', reason: error.message }
+      : { code: 'HANDLER_REQUESTED_RETRY', reason: error.message, delayMs };
+  }
+  if (
+    error instanceof DeadLetterError ||
+    (isPartnerEventsError(error) && error.code === 'HANDLER_REQUESTED_DEAD_LETTER')
+  ) {
+    return { code: 'HANDLER_REQUESTED_DEAD_LETTER', reason: (error as Error).message };
+  }
+  return { code: 'HANDLER_FAILED', reason: `handler threw: ${errorMessage(error)}` };
+}
+
+export function errorMessage(error: unknown): string {
+  if (error instanceof Error) return error.message;
+  return String(error);
+}
+
+export type { UnknownEvent };

@@ -1,0 +1,365 @@
+import type { Logger } from 'pino';
+import type { RawMessage, SourceAdapter } from './adapter.js';
+import { type ConsumerSettings, type ConsumerSettingsInput, parseSettings } from './config.js';
+import { type DeadLetterSink, deadLetterRecord, JsonlDeadLetterSink } from './dead-letter.js';
+import { MemoryDedupeStore } from './dedupe/memory.js';
+import type { DedupeStore } from './dedupe/types.js';
+import { ConfigError } from './errors.js';
+import type { UnknownEvent } from './events/schemas.js';
+import { createLogger } from './logger.js';
+import type { Outcome } from './outcome.js';
+import { errorMessage, Pipeline, type ProcessResult } from './pipeline.js';
+import { type EventPattern, type EventsFor, type Handler, Router } from './router.js';
+import { Keyring, type SigningSecret, secretsFromEnv } from './secrets.js';
+
+export interface ConsumerOptions<M extends RawMessage = RawMessage> extends ConsumerSettingsInput {
+  /** Where messages come from. Optional when you only call `process()` from your own loop. */
+  source?: SourceAdapter<M>;
+  /** Signing secrets, or a `Keyring` you reload yourself. Default: from the environment. */
+  secrets?: readonly SigningSecret[] | Keyring;
+  /** Default: in memory (state lost on restart; a warning is logged). */
+  dedupe?: DedupeStore;
+  /** Default: `./partner-events-dead-letters.jsonl`, created on the first dead event. */
+  deadLetter?: DeadLetterSink | string;
+  /** A pino logger. Default: pino at `LOG_LEVEL` (info). */
+  logger?: Logger;
+  /** Called once per settled message, after the adapter applied the outcome. */
+  onSettled?: (report: SettledReport<M>) => void;
+  /** Clock in ms, for tests. */
+  now?: () => number;
+}
+
+export interface SettledReport<M extends RawMessage = RawMessage> extends ProcessResult {
+  readonly message: M;
+}
+
+export type ConsumerState = 'idle' | 'running' | 'stopping' | 'stopped';
+
+export interface ConsumerStatus {
+  readonly state: ConsumerState;
+  readonly inFlight: number;
+  /** Last time `receive` returned (ms); a stalled poller shows here. */
+  readonly lastReceiveAt: number | undefined;
+  readonly lastReceiveError: string | undefined;
+  readonly keyIds: readonly string[];
+}
+
+const DEFAULT_DEAD_LETTER_PATH = 'partner-events-dead-letters.jsonl';
+
+/**
+ * Runs the pipeline over a source: receives while it has free capacity (bounded concurrency),
+ * processes each message, writes dead events to the dead-letter sink, then settles. Nothing is
+ * acked unless its handlers succeeded or it is a proven duplicate; a dead event is acked only
+ * after its dead-letter record is durable.
+ */
+export class Consumer<M extends RawMessage = RawMessage> {
+  readonly settings: ConsumerSettings;
+  readonly keyring: Keyring;
+  readonly logger: Logger;
+  readonly #router = new Router();
+  readonly #dedupe: DedupeStore;
+  readonly #deadLetter: DeadLetterSink;
+  readonly #source: SourceAdapter<M> | undefined;
+  readonly #pipeline: Pipeline;
+  readonly #onSettled: ((report: SettledReport<M>) => void) | undefined;
+  #state: ConsumerState = 'idle';
+  #inFlight = 0;
+  #slotFreed: (() => void) | undefined;
+  #idle: (() => void) | undefined;
+  #receiveAbort = new AbortController();
+  #handlerAbort = new AbortController();
+  #loop: Promise<void> | undefined;
+  #lastReceiveAt: number | undefined;
+  #lastReceiveError: string | undefined;
+
+  constructor(options: ConsumerOptions<M>) {
+    const { source, secrets, dedupe, deadLetter, logger, onSettled, now, ...settings } = options;
+    this.settings = parseSettings(settings);
+    this.logger = logger ?? createLogger();
+    this.keyring = secrets instanceof Keyring ? secrets : new Keyring(secrets ?? secretsFromEnv());
+    if (dedupe) {
+      this.#dedupe = dedupe;
+    } else {
+      this.#dedupe = new MemoryDedupeStore();
+      this.logger.warn(
+        'no dedupe store given: using memory, so duplicates are caught only until this process exits',
+      );
+    }
+    this.#deadLetter =
+      typeof deadLetter === 'object'
+        ? deadLetter
+        : new JsonlDeadLetterSink(deadLetter ?? DEFAULT_DEAD_LETTER_PATH);
+    this.#source = source;
+    this.#onSettled = onSettled;
+    this.#pipeline = new Pipeline(this.settings, {
+      keyring: this.keyring,
+      dedupe: this.#dedupe,
+      router: this.#router,
+      logger: this.logger,
+      ...(now ? { now } : {}),
+    });
+  }
+
+  /** Registers a handler for a catalog type, a dotted wildcard (`daily.data.*`) or `*`. */
+  on<P extends EventPattern>(pattern: P, handler: Handler<EventsFor<P>>): this {
+    this.#router.on(pattern, handler);
+    return this;
+  }
+
+  /** Handles types outside this version's catalog (otherwise acked with a warning, or dead-lettered). */
+  onUnknown(handler: Handler<UnknownEvent>): this {
+    this.#router.onUnknown(handler);
+    return this;
+  }
+
+  get status(): ConsumerStatus {
+    return {
+      state: this.#state,
+      inFlight: this.#inFlight,
+      lastReceiveAt: this.#lastReceiveAt,
+      lastReceiveError: this.#lastReceiveError,
+      keyIds: this.keyring.ids,
+    };
+  }
+
+  /**
+   * Runs one message through the pipeline and, when it is dead, writes its dead-letter record.
+   * For consumers with their own receive loop: apply `result.outcome` to your broker yourself.
+   * Never throws; if the dead-letter write fails the outcome becomes a retry.
+   */
+  async process(message: M, signal?: AbortSignal): Promise<ProcessResult> {
+    const result = await this.#pipeline.process(message, signal ?? this.#handlerAbort.signal);
+    if (result.outcome.kind !== 'dead') return result;
+    try {
+      await this.#deadLetter.write(
+        deadLetterRecord(
+          message,
+          {
+            code: result.outcome.code,
+            reason: result.outcome.reason,
+            eventId: result.eventId,
+            eventType: result.eventType,
+          },
+          this.#source?.name ?? 'library',
+        ),
+      );
+      return result;
+    } catch (error) {
+      this.logger.error(
+        { err: errorMessage(error), message_id: message.id },
+        'dead-letter write failed: will retry',
+      );
+      return {
+        ...result,
+        outcome: {
+          kind: 'retry',
+          code: result.outcome.code,
+          reason: 'dead-letter sink unavailable',
+          delayMs: 5000,
+        },
+      };
+    }
+  }
+
+  /** Starts receiving. Resolves once the loop runs; use `stopped` to wait for the end. */
+  async start(): Promise<void> {
+    if (!this.#source) throw new ConfigError('start() needs a source; without one, call process() yourself');
+    if (this.#state !== 'idle') throw new ConfigError(`consumer cannot start: it is ${this.#state}`);
+    this.#state = 'running';
+    this.logger.info(
+      { source: this.#source.name, concurrency: this.settings.concurrency, key_ids: this.keyring.ids },
+      'consumer started',
+    );
+    this.#loop = this.#receiveLoop(this.#source);
+  }
+
+  /** Resolves when the consumer has stopped (after `stop()`, or when a finite source ran out). */
+  get stopped(): Promise<void> {
+    return this.#loop ?? Promise.resolve();
+  }
+
+  /**
+   * Stops receiving, waits up to `shutdownTimeoutMs` for in-flight handlers, then aborts the
+   * rest (their messages are released for redelivery, never acked). Closes source and dedupe.
+   */
+  async stop(): Promise<void> {
+    if (this.#state === 'idle') {
+      this.#state = 'stopped';
+      await this.#closeAll();
+      return;
+    }
+    if (this.#state === 'running') {
+      this.#state = 'stopping';
+      this.#receiveAbort.abort();
+      this.#slotFreed?.(); // the loop may be waiting for a free slot
+    }
+    await this.#loop;
+  }
+
+  async #receiveLoop(source: SourceAdapter<M>): Promise<void> {
+    const { concurrency } = this.settings;
+    let failures = 0;
+    while (this.#state === 'running') {
+      if (this.#inFlight >= concurrency) {
+        await new Promise<void>((resolve) => {
+          this.#slotFreed = resolve;
+        });
+        continue;
+      }
+      let batch: readonly M[] | null;
+      try {
+        batch = await source.receive(
+          Math.min(concurrency - this.#inFlight, source.maxBatchSize),
+          this.#receiveAbort.signal,
+        );
+        this.#lastReceiveAt = Date.now();
+        this.#lastReceiveError = undefined;
+        failures = 0;
+      } catch (error) {
+        if (this.#receiveAbort.signal.aborted) break;
+        failures++;
+        this.#lastReceiveError = errorMessage(error);
+        const delay = Math.min(30_000, 500 * 2 ** Math.min(failures - 1, 6));
+        this.logger.error(
+          { source: source.name, err: this.#lastReceiveError, retry_in_ms: delay },
+          'receive failed',
+        );
+        await sleep(delay, this.#receiveAbort.signal);
+        continue;
+      }
+      if (batch === null) {
+        this.logger.info({ source: source.name }, 'source exhausted');
+        break;
+      }
+      for (const message of batch) this.#dispatch(source, message);
+    }
+    if (this.#state === 'running') this.#state = 'stopping';
+    await this.#drain();
+    this.#state = 'stopped';
+    await this.#closeAll();
+    this.logger.info('consumer stopped');
+  }
+
+  #dispatch(source: SourceAdapter<M>, message: M): void {
+    this.#inFlight++;
+    void this.#handle(source, message).finally(() => {
+      this.#inFlight--;
+      const freed = this.#slotFreed;
+      this.#slotFreed = undefined;
+      freed?.();
+      if (this.#inFlight === 0) this.#idle?.();
+    });
+  }
+
+  async #handle(source: SourceAdapter<M>, message: M): Promise<void> {
+    const abort = new AbortController();
+    const onStop = () => abort.abort();
+    this.#handlerAbort.signal.addEventListener('abort', onStop, { once: true });
+    let heartbeat: NodeJS.Timeout | undefined;
+    if (source.heartbeat && source.heartbeatIntervalMs) {
+      const beat = source.heartbeat.bind(source);
+      heartbeat = setInterval(() => {
+        beat(message).catch((error: unknown) => {
+          this.logger.warn(
+            { message_id: message.id, err: errorMessage(error) },
+            'visibility heartbeat failed: aborting handler',
+          );
+          abort.abort();
+        });
+      }, source.heartbeatIntervalMs);
+    }
+    let result: ProcessResult;
+    try {
+      result = await this.process(message, abort.signal);
+    } finally {
+      if (heartbeat) clearInterval(heartbeat);
+      this.#handlerAbort.signal.removeEventListener('abort', onStop);
+    }
+    // Visibility could not be extended: hand the message back at once rather than after a backoff.
+    let outcome: Outcome = result.outcome;
+    if (abort.signal.aborted && !this.#handlerAbort.signal.aborted && outcome.kind === 'retry') {
+      outcome = { ...outcome, delayMs: 0 };
+    }
+    try {
+      await source.settle(message, outcome);
+    } catch (error) {
+      // The broker will redeliver (visibility expiry); the dedupe store makes that safe.
+      this.logger.error(
+        { message_id: message.id, err: errorMessage(error), outcome: outcome.kind },
+        'settle failed',
+      );
+    }
+    this.#log(result, outcome, message);
+    this.#onSettled?.({ ...result, outcome, message });
+  }
+
+  #log(result: ProcessResult, outcome: Outcome, message: M): void {
+    const fields = {
+      event_id: result.eventId,
+      event_type: result.eventType,
+      key_id: result.keyId,
+      message_id: message.id,
+      attempt: result.attempt,
+      latency_ms: Math.round(result.durationMs * 100) / 100,
+    };
+    if (outcome.kind === 'ack') this.logger.info({ ...fields, outcome: outcome.result }, 'event acked');
+    else if (outcome.kind === 'retry')
+      this.logger.warn(
+        {
+          ...fields,
+          outcome: 'retry',
+          code: outcome.code,
+          reason: outcome.reason,
+          delay_ms: outcome.delayMs,
+        },
+        'event will be retried',
+      );
+    else
+      this.logger.error(
+        { ...fields, outcome: 'dead', code: outcome.code, reason: outcome.reason },
+        'event dead-lettered',
+      );
+  }
+
+  async #drain(): Promise<void> {
+    if (this.#inFlight === 0) return;
+    const idle = new Promise<void>((resolve) => {
+      this.#idle = resolve;
+    });
+    const deadline = setTimeout(() => {
+      this.logger.warn(
+        { in_flight: this.#inFlight },
+        'shutdown deadline reached: aborting in-flight handlers',
+      );
+      this.#handlerAbort.abort();
+    }, this.settings.shutdownTimeoutMs);
+    await idle;
+    clearTimeout(deadline);
+  }
+
+  async #closeAll(): Promise<void> {
+    const closers: Promise<void>[] = [this.#dedupe.close(), this.#deadLetter.close()];
+    if (this.#source) closers.push(this.#source.close());
+    const results = await Promise.allSettled(closers);
+    for (const r of results) {
+      if (r.status === 'rejected') this.logger.warn({ err: errorMessage(r.reason) }, 'close failed');
+    }
+  }
+}
+
+export function createConsumer<M extends RawMessage = RawMessage>(options: ConsumerOptions<M>): Consumer<M> {
+  return new Consumer(options);
+}
+
+function sleep(ms: number, signal: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    if (signal.aborted) return resolve();
+    const timer = setTimeout(done, ms);
+    function done() {
+      clearTimeout(timer);
+      signal.removeEventListener('abort', done);
+      resolve();
+    }
+    signal.addEventListener('abort', done, { once: true });
+  });
+}

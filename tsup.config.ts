@@ -1,0 +1,24 @@
+import { defineConfig } from 'tsup';
+
+export default defineConfig([
+  {
+    entry: {
+      index: 'src/index.ts',
+      testing: 'src/testing.ts',
+      'adapters/memory': 'adapters/memory/index.ts',
+      'adapters/file': 'adapters/file/index.ts',
+    },
+    format: ['esm', 'cjs'],
+    dts: true,
+    clean: true,
+    sourcemap: true,
+    target: 'node20',
+  },
+  {
+    entry: { 'cli/main': 'src/cli/main.ts' },
+    format: ['esm'],
+    sourcemap: true,
+    target: 'node20',
+    banner: { js: '#!/usr/bin/env node' },
+  },
+]);

@@ -1,0 +1,20 @@
+import { fileURLToPath } from 'node:url';
+import { defineConfig } from 'vitest/config';
+
+const here = (p: string) => fileURLToPath(new URL(p, import.meta.url));
+
+export default defineConfig({
+  resolve: {
+    alias: {
+      'partner-health-events/testing': here('./src/testing.ts'),
+      'partner-health-events/memory': here('./adapters/memory/index.ts'),
+      'partner-health-events/file': here('./adapters/file/index.ts'),
+      'partner-health-events': here('./src/index.ts'),
+    },
+  },
+  test: {
+    include: ['test/**/*.test.ts'],
+    testTimeout: 20_000,
+    hookTimeout: 30_000,
+  },
+});
