@@ -1,4 +1,4 @@
-import { type Logger, type LoggerOptions, pino } from 'pino';
+import { type DestinationStream, type Logger, type LoggerOptions, pino } from 'pino';
 
 /**
  * Paths pino blanks out wherever they appear in a log object. The kit never logs a secret; this
@@ -18,13 +18,14 @@ export const REDACT_PATHS = [
   'headers.authorization',
 ];
 
-export function createLogger(options: LoggerOptions = {}): Logger {
-  return pino({
+export function createLogger(options: LoggerOptions = {}, destination?: DestinationStream): Logger {
+  const settings: LoggerOptions = {
     name: 'partner-events',
     level: process.env.LOG_LEVEL ?? 'info',
     redact: { paths: REDACT_PATHS, censor: '[redacted]' },
     ...options,
-  });
+  };
+  return destination ? pino(settings, destination) : pino(settings);
 }
 
 /** A logger that drops everything (benchmarks, quiet tests). */

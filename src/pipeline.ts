@@ -8,7 +8,8 @@ import {
   RetryLaterError,
   VerificationError,
 } from './errors.js';
-import { eventSchemas, isKnownEventType, type UnknownEvent } from './events/schemas.js';
+import { isKnownEventType, type UnknownEvent } from './events/schemas.js';
+import { validateEvent } from './events/validate.js';
 import { backoffDelay, decide, type Outcome, type RetryPolicy } from './outcome.js';
 import type { Handler, HandlerContext, Router } from './router.js';
 import type { Keyring } from './secrets.js';
@@ -99,10 +100,8 @@ export class Pipeline {
 
     const { eventType } = verified;
     let handlers: readonly Handler<never>[];
-    let schema: (typeof eventSchemas)[keyof typeof eventSchemas] | undefined;
     if (isKnownEventType(eventType)) {
       handlers = this.#deps.router.match(eventType);
-      schema = eventSchemas[eventType];
     } else {
       const unknown = this.#deps.router.unknownHandler;
       if (unknown) {
@@ -135,7 +134,7 @@ export class Pipeline {
       return fail(
         {
           code: 'IN_PROGRESS',
-          reason: 'another worker holds this event',
+          reason: 'another delivery of this event is being handled right now',
           // Usually the holder finishes in milliseconds: look again soon, backing off per attempt.
           delayMs: Math.max(100, Math.min(claim.retryAfterMs, backoffDelay(message.attempt, s.retry))),
         },
@@ -144,23 +143,13 @@ export class Pipeline {
     }
     const { token } = claim;
 
-    let event: unknown = verified.payload;
-    if (schema) {
-      const parsed = schema.safeParse(verified.payload);
-      if (!parsed.success) {
-        await this.#release(verified.eventId, token);
-        const issues = parsed.error.issues
-          .map((i) => `${i.path.join('.') || '(body)'}: ${i.message}`)
-          .join('; ');
-        return fail(
-          { code: 'SCHEMA_INVALID', reason: `body does not match ${eventType}: ${issues}` },
-          verified,
-        );
-      }
-      event = parsed.data;
+    const validation = validateEvent(eventType, verified.payload);
+    if (!validation.ok) {
+      await this.#release(verified.eventId, token);
+      return fail({ code: validation.code, reason: validation.reason }, verified);
     }
 
-    const failure = await this.#runHandlers(handlers, event, verified, message, token, signal);
+    const failure = await this.#runHandlers(handlers, validation.event, verified, message, token, signal);
     if (failure) {
       // A timed-out or lease-lost handler may still be running: keep the claim until its lease
       // expires so no second copy starts alongside it.

@@ -1,0 +1,45 @@
+/** Small helpers shared by the bench sections: medians, number formatting, plain-text tables. */
+
+export function median(values: readonly number[]): number {
+  if (values.length === 0) return Number.NaN;
+  const sorted = [...values].sort((a, b) => a - b);
+  const mid = sorted.length >> 1;
+  return sorted.length % 2 === 1 ? (sorted[mid] as number) : ((sorted[mid - 1] as number) + (sorted[mid] as number)) / 2;
+}
+
+/** Rounds to `digits` significant digits (for the JSON line: readable, still exact enough). */
+export function sig(value: number, digits = 4): number {
+  if (!Number.isFinite(value) || value === 0) return value;
+  return Number(value.toPrecision(digits));
+}
+
+export function fmtInt(value: number): string {
+  return Math.round(value).toLocaleString('en-US');
+}
+
+export function fmtFixed(value: number, digits: number): string {
+  return value.toFixed(digits);
+}
+
+export function fmtMiB(bytes: number): string {
+  return (bytes / (1024 * 1024)).toFixed(1);
+}
+
+/** A plain table: first row is the header; numbers-looking cells are right-aligned. */
+export function table(rows: readonly (readonly string[])[]): string {
+  const widths: number[] = [];
+  for (const row of rows) row.forEach((cell, i) => (widths[i] = Math.max(widths[i] ?? 0, cell.length)));
+  const numeric = /^[-+]?[\d,.]+( ?[×x%])?$|^[\d.]+×$/;
+  const line = (row: readonly string[]) =>
+    row
+      .map((cell, i) => {
+        const w = widths[i] ?? 0;
+        return i > 0 && numeric.test(cell) ? cell.padStart(w) : cell.padEnd(w);
+      })
+      .join('  ')
+      .trimEnd();
+  const [head, ...body] = rows;
+  if (!head) return '';
+  const rule = widths.map((w) => '─'.repeat(w)).join('  ');
+  return [line(head), rule, ...body.map(line)].join('\n');
+}

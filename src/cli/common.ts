@@ -1,0 +1,68 @@
+import { readFileSync } from 'node:fs';
+import { type ParseArgsConfig, parseArgs } from 'node:util';
+import { MemoryDedupeStore } from '../dedupe/memory.js';
+import { sqliteDedupe } from '../dedupe/sqlite.js';
+import type { DedupeStore } from '../dedupe/types.js';
+import { ConfigError } from '../errors.js';
+import { Keyring, readSecretsFile, secretsFromEnv } from '../secrets.js';
+
+/** A mistake in how the command was called: exit code 2, with a hint. */
+export class UsageError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'UsageError';
+  }
+}
+
+export const DEFAULT_DEDUPE = 'sqlite:partner-events-dedupe.db';
+
+export function parse<const T extends NonNullable<ParseArgsConfig['options']>>(args: string[], options: T) {
+  try {
+    return parseArgs({ args, options, allowPositionals: true, strict: true });
+  } catch (error) {
+    throw new UsageError((error as Error).message);
+  }
+}
+
+/** Secrets from `--secrets-file` when given, else from the environment. */
+export function loadKeyring(secretsFile: string | undefined): Keyring {
+  return new Keyring(secretsFile ? readSecretsFile(secretsFile) : secretsFromEnv());
+}
+
+/** `sqlite:PATH` (the default, one host) or `memory` (tests). */
+export function openDedupe(spec: string): DedupeStore {
+  if (spec.startsWith('sqlite:')) {
+    const path = spec.slice('sqlite:'.length);
+    if (!path) throw new UsageError('--dedupe sqlite: needs a path, e.g. sqlite:/var/lib/partner-events/dedupe.db');
+    return sqliteDedupe({ path });
+  }
+  if (spec === 'memory') return new MemoryDedupeStore();
+  if (spec.startsWith('redis://') || spec.startsWith('rediss://')) {
+    throw new UsageError('Redis dedupe is not available in this version yet; use --dedupe sqlite:PATH');
+  }
+  throw new UsageError(`unknown --dedupe "${spec}": expected sqlite:PATH or memory`);
+}
+
+export function parsePositiveInt(name: string, value: string | undefined, fallback: number): number {
+  if (value === undefined) return fallback;
+  const n = Number(value);
+  if (!Number.isInteger(n) || n <= 0) throw new UsageError(`${name} must be a positive integer, got "${value}"`);
+  return n;
+}
+
+/** Reads FILE, or standard input for `-`. */
+export function readInput(file: string): string {
+  try {
+    return readFileSync(file === '-' ? 0 : file, 'utf8');
+  } catch (error) {
+    throw new UsageError(`cannot read ${file}: ${(error as Error).message}`);
+  }
+}
+
+export function isConfigError(error: unknown): error is ConfigError {
+  return error instanceof ConfigError;
+}
+
+export function writeLine(text: string): void {
+  process.stdout.write(`${text}\n`);
+}

@@ -1,0 +1,60 @@
+import { isPartnerEventsError } from '../errors.js';
+import { UsageError, writeLine } from './common.js';
+import { DEMO_USAGE, demoCommand } from './demo.js';
+import { REPLAY_USAGE, replayCommand } from './replay.js';
+import { RUN_USAGE, runCommand } from './run.js';
+import { VERIFY_USAGE, verifyCommand } from './verify.js';
+
+const COMMANDS: Record<string, { run: (args: string[]) => Promise<number>; usage: string }> = {
+  run: { run: runCommand, usage: RUN_USAGE },
+  verify: { run: verifyCommand, usage: VERIFY_USAGE },
+  replay: { run: replayCommand, usage: REPLAY_USAGE },
+  demo: { run: demoCommand, usage: DEMO_USAGE },
+};
+
+const USAGE = `Usage: partner-events <command> [options]
+
+Commands:
+  run      consume a queue and hand verified, de-duplicated events to your app
+  verify   check envelopes from a file or stdin (signature, age, schema)
+  replay   re-drive dead events from a JSONL file, safely
+  demo     the whole pipeline locally, no cloud needed (what 'npm start' runs)
+
+'partner-events <command> --help' shows a command's options.`;
+
+async function main(argv: string[]): Promise<number> {
+  const [name, ...args] = argv;
+  if (!name || name === '--help' || name === '-h' || name === 'help') {
+    writeLine(USAGE);
+    return name ? 0 : 2;
+  }
+  const command = COMMANDS[name];
+  if (!command) {
+    process.stderr.write(`partner-events: unknown command "${name}"\n\n${USAGE}\n`);
+    return 2;
+  }
+  try {
+    return await command.run(args);
+  } catch (error) {
+    if (error instanceof UsageError) {
+      process.stderr.write(`partner-events ${name}: ${error.message}\n\n${command.usage}\n`);
+      return 2;
+    }
+    if (isPartnerEventsError(error)) {
+      // Config and secret problems: a clear line with the code, no stack.
+      process.stderr.write(`partner-events ${name}: [${error.code}] ${error.message}\n`);
+      return 2;
+    }
+    throw error;
+  }
+}
+
+main(process.argv.slice(2)).then(
+  (code) => {
+    process.exitCode = code;
+  },
+  (error: unknown) => {
+    process.stderr.write(`partner-events: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
+    process.exitCode = 1;
+  },
+);
