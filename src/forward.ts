@@ -28,7 +28,9 @@ const MAX_RETRY_AFTER_MS = 15 * 60_000;
  * other status, a timeout or a connection failure fails the attempt (retried with backoff,
  * dead-lettered after the configured attempts); `Retry-After` on 429/503 sets the delay.
  */
-export function createForwarder(options: ForwardOptions): (event: unknown, context: HandlerContext) => Promise<void> {
+export function createForwarder(
+  options: ForwardOptions,
+): (event: unknown, context: HandlerContext) => Promise<void> {
   const target = describeUrl(options.url);
   const timeoutMs = options.timeoutMs ?? 10_000;
   return async (_event, context) => {
@@ -48,7 +50,8 @@ export function createForwarder(options: ForwardOptions): (event: unknown, conte
         signal,
       });
     } catch (cause) {
-      const reason = signal.aborted && !context.signal.aborted ? `timed out after ${timeoutMs}ms` : 'connection failed';
+      const reason =
+        signal.aborted && !context.signal.aborted ? `timed out after ${timeoutMs}ms` : 'connection failed';
       throw new Error(`forward to ${target} ${reason}`, { cause });
     }
     // Drain the body so the connection goes back to the pool.

@@ -33,7 +33,8 @@ export function loadKeyring(secretsFile: string | undefined): Keyring {
 export function openDedupe(spec: string): DedupeStore {
   if (spec.startsWith('sqlite:')) {
     const path = spec.slice('sqlite:'.length);
-    if (!path) throw new UsageError('--dedupe sqlite: needs a path, e.g. sqlite:/var/lib/partner-events/dedupe.db');
+    if (!path)
+      throw new UsageError('--dedupe sqlite: needs a path, e.g. sqlite:/var/lib/partner-events/dedupe.db');
     return sqliteDedupe({ path });
   }
   if (spec === 'memory') return new MemoryDedupeStore();
@@ -46,7 +47,8 @@ export function openDedupe(spec: string): DedupeStore {
 export function parsePositiveInt(name: string, value: string | undefined, fallback: number): number {
   if (value === undefined) return fallback;
   const n = Number(value);
-  if (!Number.isInteger(n) || n <= 0) throw new UsageError(`${name} must be a positive integer, got "${value}"`);
+  if (!Number.isInteger(n) || n <= 0)
+    throw new UsageError(`${name} must be a positive integer, got "${value}"`);
   return n;
 }
 

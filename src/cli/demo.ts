@@ -100,7 +100,10 @@ export async function demoCommand(args: string[]): Promise<number> {
   return once && stats.handled === sent.length ? 0 : 1;
 }
 
-function printOutcome(report: SettledReport, stats: { handled: number; duplicates: number; dead: number; retries: number }) {
+function printOutcome(
+  report: SettledReport,
+  stats: { handled: number; duplicates: number; dead: number; retries: number },
+) {
   const { outcome } = report;
   const type = (report.eventType ?? '(unverified)').padEnd(36);
   const id = report.eventId ? `${report.eventId.slice(0, 16)}…` : '';
@@ -108,11 +111,14 @@ function printOutcome(report: SettledReport, stats: { handled: number; duplicate
   if (outcome.kind === 'ack') {
     if (outcome.result === 'duplicate') stats.duplicates++;
     else stats.handled++;
-    const detail = outcome.result === 'duplicate' ? 'already handled: acked, not forwarded' : `key=${report.keyId}`;
+    const detail =
+      outcome.result === 'duplicate' ? 'already handled: acked, not forwarded' : `key=${report.keyId}`;
     writeLine(`  ${label} ${type} ${id.padEnd(18)} ${detail}`);
   } else if (outcome.kind === 'retry') {
     stats.retries++;
-    writeLine(`  ${label} ${type} ${id.padEnd(18)} ${outcome.code} (attempt ${report.attempt}): ${outcome.reason}`);
+    writeLine(
+      `  ${label} ${type} ${id.padEnd(18)} ${outcome.code} (attempt ${report.attempt}): ${outcome.reason}`,
+    );
   } else {
     stats.dead++;
     writeLine(`  ${label} ${type} ${id.padEnd(18)} ${outcome.code}: ${outcome.reason}`);

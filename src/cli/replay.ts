@@ -11,7 +11,15 @@ import { isPermanent } from '../outcome.js';
 import type { Keyring } from '../secrets.js';
 import { verifyMessage } from '../verify.js';
 import { createConsumer, type SettledReport } from '../worker.js';
-import { DEFAULT_DEDUPE, loadKeyring, openDedupe, parse, parsePositiveInt, UsageError, writeLine } from './common.js';
+import {
+  DEFAULT_DEDUPE,
+  loadKeyring,
+  openDedupe,
+  parse,
+  parsePositiveInt,
+  UsageError,
+  writeLine,
+} from './common.js';
 import { countLines, Progress } from './progress.js';
 
 export const REPLAY_USAGE = `Usage: partner-events replay FILE --forward URL [options]
@@ -65,7 +73,8 @@ export async function replayCommand(args: string[]): Promise<number> {
   const file = positionals[0];
   if (!file || positionals.length > 1) throw new UsageError('replay needs exactly one FILE');
   if (!existsSync(file)) throw new UsageError(`no such file: ${file}`);
-  if (!values.forward && !values['dry-run']) throw new UsageError('replay needs --forward URL (or --dry-run)');
+  if (!values.forward && !values['dry-run'])
+    throw new UsageError('replay needs --forward URL (or --dry-run)');
   if (values.forward) {
     try {
       new URL(values.forward);
@@ -84,7 +93,10 @@ export async function replayCommand(args: string[]): Promise<number> {
 
   const deadLetterPath =
     values['dead-letter'] ??
-    join(dirname(file), `${basename(file, '.jsonl')}.failed-${new Date().toISOString().replace(/[:.]/g, '-')}.jsonl`);
+    join(
+      dirname(file),
+      `${basename(file, '.jsonl')}.failed-${new Date().toISOString().replace(/[:.]/g, '-')}.jsonl`,
+    );
   const sink = new JsonlDeadLetterSink(deadLetterPath);
   const source = new FileSource({ path: file });
   const summary: ReplaySummary = {
@@ -119,7 +131,8 @@ export async function replayCommand(args: string[]): Promise<number> {
           line: report.message.line,
           event_id: report.eventId ?? null,
           event_type: report.eventType ?? null,
-          outcome: outcome.kind === 'ack' ? (outcome.result === 'duplicate' ? 'duplicate' : 'forwarded') : 'dead',
+          outcome:
+            outcome.kind === 'ack' ? (outcome.result === 'duplicate' ? 'duplicate' : 'forwarded') : 'dead',
           code: outcome.kind === 'dead' ? outcome.code : null,
           reason: outcome.kind === 'dead' ? outcome.reason : null,
         }),
@@ -190,7 +203,8 @@ async function dryRun(
           row = { ...ids, action: 'reject', code: validation.code, reason: validation.reason };
         } else {
           const state = await dedupe.peek(verified.eventId);
-          const action = state === 'done' ? 'skip-duplicate' : state === 'in_progress' ? 'wait-in-progress' : 'forward';
+          const action =
+            state === 'done' ? 'skip-duplicate' : state === 'in_progress' ? 'wait-in-progress' : 'forward';
           if (state === 'done') counts.duplicates++;
           else if (state === 'in_progress') counts.in_progress++;
           else counts.would_forward++;
@@ -203,12 +217,17 @@ async function dryRun(
       }
       await source.settle(message, { kind: 'ack', result: 'ignored' });
       if (options.json) writeLine(JSON.stringify({ line: message.line, ...row }));
-      else writeLine(`line ${message.line}: ${row.action}${row.code ? ` ${row.code}` : ''} ${row.event_type ?? ''} ${row.event_id ?? ''}`.trimEnd());
+      else
+        writeLine(
+          `line ${message.line}: ${row.action}${row.code ? ` ${row.code}` : ''} ${row.event_type ?? ''} ${row.event_id ?? ''}`.trimEnd(),
+        );
     }
   }
   await source.close();
   await dedupe.close();
   const summary = { ...counts, dry_run: true };
-  writeLine(options.json ? JSON.stringify(summary) : `dry run: ${JSON.stringify(counts)} (nothing was changed)`);
+  writeLine(
+    options.json ? JSON.stringify(summary) : `dry run: ${JSON.stringify(counts)} (nothing was changed)`,
+  );
   return counts.rejected === 0 ? 0 : 1;
 }

@@ -8,7 +8,15 @@ import { createLogger } from '../logger.js';
 import type { EventPattern, Handler } from '../router.js';
 import { ENV_SECRETS_FILE, readSecretsFile, secretsFromEnv, watchSecrets } from '../secrets.js';
 import { type Consumer, createConsumer } from '../worker.js';
-import { DEFAULT_DEDUPE, loadKeyring, openDedupe, parse, parsePositiveInt, UsageError, writeLine } from './common.js';
+import {
+  DEFAULT_DEDUPE,
+  loadKeyring,
+  openDedupe,
+  parse,
+  parsePositiveInt,
+  UsageError,
+  writeLine,
+} from './common.js';
 
 export const RUN_USAGE = `Usage: partner-events run --source SOURCE (--forward URL | --handlers MODULE) [options]
 
@@ -44,7 +52,8 @@ export async function runCommand(args: string[]): Promise<number> {
   }
   if (positionals.length > 0) throw new UsageError(`unexpected argument "${positionals[0]}"`);
   if (!values.source) throw new UsageError('run needs --source');
-  if (!values.forward === !values.handlers) throw new UsageError('run needs exactly one of --forward URL or --handlers MODULE');
+  if (!values.forward === !values.handlers)
+    throw new UsageError('run needs exactly one of --forward URL or --handlers MODULE');
   const source = openSource(values.source);
   const secretsFile = values['secrets-file'] ?? process.env[ENV_SECRETS_FILE];
   const keyring = loadKeyring(secretsFile);
@@ -66,11 +75,16 @@ export async function runCommand(args: string[]): Promise<number> {
     await registerHandlers(consumer, values.handlers as string);
   }
 
-  const stopWatching = watchSecrets(keyring, () => (secretsFile ? readSecretsFile(secretsFile) : secretsFromEnv()), {
-    files: secretsFile ? [secretsFile] : [],
-    onReload: (ids) => logger.info({ key_ids: ids }, 'signing secrets reloaded'),
-    onError: (error) => logger.error({ err: (error as Error).message }, 'secrets reload failed: keeping the previous keys'),
-  });
+  const stopWatching = watchSecrets(
+    keyring,
+    () => (secretsFile ? readSecretsFile(secretsFile) : secretsFromEnv()),
+    {
+      files: secretsFile ? [secretsFile] : [],
+      onReload: (ids) => logger.info({ key_ids: ids }, 'signing secrets reloaded'),
+      onError: (error) =>
+        logger.error({ err: (error as Error).message }, 'secrets reload failed: keeping the previous keys'),
+    },
+  );
   const stop = (signal: NodeJS.Signals) => {
     logger.info({ signal }, 'stopping: draining in-flight events');
     void consumer.stop();

@@ -1,4 +1,4 @@
-import { rawOfDeadLetter, isDeadLetterRecord } from '../dead-letter.js';
+import { isDeadLetterRecord, rawOfDeadLetter } from '../dead-letter.js';
 import { parseEnvelope } from '../envelope.js';
 import { VerificationError } from '../errors.js';
 import { validateEvent } from '../events/validate.js';
@@ -48,7 +48,8 @@ export async function verifyCommand(args: string[]): Promise<number> {
   let nowMs: number | undefined;
   if (values.now !== undefined) {
     const seconds = Number(values.now);
-    if (!Number.isInteger(seconds) || seconds < 0) throw new UsageError(`--now must be Unix seconds, got "${values.now}"`);
+    if (!Number.isInteger(seconds) || seconds < 0)
+      throw new UsageError(`--now must be Unix seconds, got "${values.now}"`);
     nowMs = seconds * 1000;
   }
   const keyring = loadKeyring(values['secrets-file']);
@@ -133,7 +134,11 @@ function printTable(results: VerifyLineResult[]): void {
   ]);
   const header = ['LINE', 'RESULT', 'CODE', 'KEY', 'EVENT TYPE', 'EVENT ID'];
   const widths = header.map((h, i) => Math.max(h.length, ...rows.map((row) => (row[i] ?? '').length)));
-  const format = (row: string[]) => row.map((cell, i) => cell.padEnd(widths[i] ?? 0)).join('  ').trimEnd();
+  const format = (row: string[]) =>
+    row
+      .map((cell, i) => cell.padEnd(widths[i] ?? 0))
+      .join('  ')
+      .trimEnd();
   writeLine(format(header));
   for (const row of rows) writeLine(format(row));
   const failed = results.filter((r) => !r.ok).length;

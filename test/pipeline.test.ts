@@ -1,0 +1,546 @@
+import { readFileSync } from 'node:fs';
+import { afterEach, describe, expect, it, vi } from 'vitest';
+import { MemoryDedupeStore } from '../src/dedupe/memory.js';
+import type { DedupeStore } from '../src/dedupe/types.js';
+import { DeadLetterError, DedupeUnavailableError, RetryLaterError } from '../src/errors.js';
+import { silentLogger } from '../src/logger.js';
+import { Pipeline, type PipelineSettings } from '../src/pipeline.js';
+import { Router } from '../src/router.js';
+import { Keyring } from '../src/secrets.js';
+import {
+  createTestEnvelope,
+  forgedEnvelope,
+  futureEnvelope,
+  staleEnvelope,
+  TEST_SIGNING_SECRET,
+  tamperedEnvelope,
+} from '../src/testing.js';
+import { type Harness, harness } from './support/harness.js';
+
+const SETTINGS: PipelineSettings = {
+  maxEnvelopeBytes: 1024 * 1024,
+  maxAgeSeconds: 300,
+  maxFutureSkewSeconds: 300,
+  strictAge: false,
+  checkAge: true,
+  retry: { maxAttempts: 3, baseDelayMs: 10, maxDelayMs: 50 },
+  leaseMs: 60_000,
+  retentionMs: 7 * 24 * 3600_000,
+  handlerTimeoutMs: 5_000,
+  unknownEventTypes: 'ack',
+};
+
+function pipeline(
+  router: Router,
+  options: { dedupe?: DedupeStore; settings?: Partial<PipelineSettings>; now?: () => number } = {},
+) {
+  const dedupe = options.dedupe ?? new MemoryDedupeStore(options.now ? { now: options.now } : {});
+  const p = new Pipeline(
+    { ...SETTINGS, ...options.settings },
+    {
+      keyring: new Keyring([{ id: 'current', secret: TEST_SIGNING_SECRET }]),
+      dedupe,
+      router,
+      logger: silentLogger(),
+      ...(options.now ? { now: options.now } : {}),
+    },
+  );
+  return { pipeline: p, dedupe };
+}
+
+function message(body: string | Uint8Array, attempt = 1, enqueuedAt: number | undefined = Date.now()) {
+  return { id: `m-${Math.random()}`, body, attempt, enqueuedAt };
+}
+
+describe('only the signed part is trusted', () => {
+  it('rejects an envelope whose event_id differs from the body, without touching the dedupe store', async () => {
+    const valid = createTestEnvelope('daily.data.heart_rate.created');
+    const raw = JSON.stringify({ ...valid.envelope, event_id: 'evt_someone_else' });
+    const handler = vi.fn();
+    const { pipeline: p, dedupe } = pipeline(new Router().on('*', handler));
+    const claim = vi.spyOn(dedupe, 'claim');
+    const result = await p.process(message(raw));
+    expect(result.outcome).toMatchObject({ kind: 'dead', code: 'ENVELOPE_MISMATCH' });
+    expect(handler).not.toHaveBeenCalled();
+    expect(claim).not.toHaveBeenCalled();
+  });
+
+  it('rejects an envelope whose event_type differs from the body (routing uses the signed type)', async () => {
+    const valid = createTestEnvelope('daily.data.steps.created');
+    const raw = JSON.stringify({ ...valid.envelope, event_type: 'coach.nudge.created' });
+    const nudge = vi.fn();
+    const { pipeline: p } = pipeline(new Router().on('coach.nudge.created', nudge));
+    const result = await p.process(message(raw));
+    expect(result.outcome).toMatchObject({ kind: 'dead', code: 'ENVELOPE_MISMATCH' });
+    expect(nudge).not.toHaveBeenCalled();
+  });
+
+  it('de-duplicates on the event_id of the verified body', async () => {
+    const event = createTestEnvelope('daily.data.heart_rate.created');
+    const handler = vi.fn();
+    const { pipeline: p, dedupe } = pipeline(new Router().on('daily.data.heart_rate.created', handler));
+    await p.process(message(event.raw));
+    expect(await dedupe.peek(String(event.event.event_id))).toBe('done');
+    expect(handler.mock.calls[0]?.[0]).toMatchObject({ event_id: event.event.event_id });
+  });
+
+  it('records nothing in the dedupe store for forged, tampered, stale or future messages', async () => {
+    const handler = vi.fn();
+    const { pipeline: p, dedupe } = pipeline(new Router().on('*', handler));
+    const claim = vi.spyOn(dedupe, 'claim');
+    const bad = [
+      forgedEnvelope('daily.data.steps.created'),
+      tamperedEnvelope('daily.data.steps.created'),
+      staleEnvelope('daily.data.steps.created'),
+      futureEnvelope('daily.data.steps.created'),
+    ];
+    const codes = [];
+    for (const b of bad) codes.push((await p.process(message(b.raw))).outcome);
+    expect(codes.map((o) => (o.kind === 'ack' ? o.kind : o.code))).toEqual([
+      'SIGNATURE_MISMATCH',
+      'SIGNATURE_MISMATCH',
+      'TIMESTAMP_TOO_OLD',
+      'TIMESTAMP_TOO_NEW',
+    ]);
+    expect(claim).not.toHaveBeenCalled();
+    for (const b of bad) expect(await dedupe.peek(b.eventId)).toBe('absent');
+    expect(handler).not.toHaveBeenCalled();
+  });
+});
+
+describe('backlog is not an attack', () => {
+  it('accepts an event signed 10 minutes ago when the broker enqueued it then', async () => {
+    const signedAt = Math.floor(Date.now() / 1000) - 600;
+    const event = createTestEnvelope('daily.data.steps.created', { signedAt });
+    const handler = vi.fn();
+    const { pipeline: p } = pipeline(new Router().on('*', handler));
+    const result = await p.process(message(event.raw, 1, signedAt * 1000 + 2000));
+    expect(result.outcome).toEqual({ kind: 'ack', result: 'handled' });
+    expect(handler).toHaveBeenCalledOnce();
+  });
+
+  it('rejects the same old envelope re-sent now (fresh enqueue time)', async () => {
+    const event = staleEnvelope('daily.data.steps.created', 600);
+    const { pipeline: p } = pipeline(new Router().on('*', vi.fn()));
+    const result = await p.process(message(event.raw, 1, Date.now()));
+    expect(result.outcome).toMatchObject({ kind: 'dead', code: 'TIMESTAMP_TOO_OLD' });
+  });
+
+  it('with strictAge, measures against the clock and rejects the backlog', async () => {
+    const signedAt = Math.floor(Date.now() / 1000) - 600;
+    const event = createTestEnvelope('daily.data.steps.created', { signedAt });
+    const { pipeline: p } = pipeline(new Router().on('*', vi.fn()), { settings: { strictAge: true } });
+    const result = await p.process(message(event.raw, 1, signedAt * 1000 + 2000));
+    expect(result.outcome).toMatchObject({ kind: 'dead', code: 'TIMESTAMP_TOO_OLD' });
+  });
+
+  it('without a broker time (files, HTTP), measures against the clock', async () => {
+    const event = staleEnvelope('daily.data.steps.created', 600);
+    const { pipeline: p } = pipeline(new Router().on('*', vi.fn()));
+    const result = await p.process(message(event.raw, 1, undefined));
+    expect(result.outcome).toMatchObject({ kind: 'dead', code: 'TIMESTAMP_TOO_OLD' });
+  });
+});
+
+describe('dedupe is a lease, not a flag', () => {
+  it('acks a proven duplicate without running the handler again', async () => {
+    const event = createTestEnvelope('daily.data.steps.created');
+    const handler = vi.fn();
+    const { pipeline: p } = pipeline(new Router().on('*', handler));
+    expect((await p.process(message(event.raw))).outcome).toEqual({ kind: 'ack', result: 'handled' });
+    expect((await p.process(message(event.raw))).outcome).toEqual({ kind: 'ack', result: 'duplicate' });
+    expect(handler).toHaveBeenCalledOnce();
+  });
+
+  it('treats a re-signed retry of the same event_id as a duplicate', async () => {
+    const first = createTestEnvelope('daily.data.steps.created');
+    const retry = createTestEnvelope('daily.data.steps.created', {
+      fields: first.event,
+      signedAt: Math.floor(Date.now() / 1000) - 30,
+    });
+    expect(retry.envelope.signature).not.toBe(first.envelope.signature);
+    const handler = vi.fn();
+    const { pipeline: p } = pipeline(new Router().on('*', handler));
+    await p.process(message(first.raw));
+    expect((await p.process(message(retry.raw))).outcome).toEqual({ kind: 'ack', result: 'duplicate' });
+    expect(handler).toHaveBeenCalledOnce();
+  });
+
+  it('a failed handler releases the claim, so the next delivery runs it again', async () => {
+    const event = createTestEnvelope('daily.data.steps.created');
+    const handler = vi.fn().mockRejectedValueOnce(new Error('app down')).mockResolvedValueOnce(undefined);
+    const { pipeline: p, dedupe } = pipeline(new Router().on('*', handler));
+    const first = await p.process(message(event.raw, 1));
+    expect(first.outcome).toMatchObject({ kind: 'retry', code: 'HANDLER_FAILED' });
+    expect(await dedupe.peek(event.eventId)).toBe('absent');
+    const second = await p.process(message(event.raw, 2));
+    expect(second.outcome).toEqual({ kind: 'ack', result: 'handled' });
+    expect(handler).toHaveBeenCalledTimes(2);
+  });
+
+  it('a claim held by another live worker means "retry later", not "duplicate"', async () => {
+    const event = createTestEnvelope('daily.data.steps.created');
+    let finish!: () => void;
+    const handler = vi.fn(() => new Promise<void>((resolve) => (finish = resolve)));
+    const { pipeline: p } = pipeline(new Router().on('*', handler));
+    const first = p.process(message(event.raw));
+    await vi.waitFor(() => expect(handler).toHaveBeenCalledOnce());
+    const second = await p.process(message(event.raw));
+    expect(second.outcome).toMatchObject({ kind: 'retry', code: 'IN_PROGRESS' });
+    finish();
+    expect((await first).outcome).toEqual({ kind: 'ack', result: 'handled' });
+  });
+
+  it('never dead-letters an event only because another worker holds it', async () => {
+    const event = createTestEnvelope('daily.data.steps.created');
+    const dedupe = new MemoryDedupeStore();
+    await dedupe.claim(event.eventId, 60_000);
+    const { pipeline: p } = pipeline(new Router().on('*', vi.fn()), { dedupe });
+    const result = await p.process(message(event.raw, 50));
+    expect(result.outcome).toMatchObject({ kind: 'retry', code: 'IN_PROGRESS' });
+  });
+
+  it('crash window: a worker that dies after claiming blocks others only until its lease expires', async () => {
+    let now = Date.now();
+    const clock = () => now;
+    const dedupe = new MemoryDedupeStore({ now: clock });
+    const event = createTestEnvelope('daily.data.steps.created');
+    // Worker A claimed and crashed (never completed, never released).
+    expect((await dedupe.claim(event.eventId, 60_000)).status).toBe('claimed');
+    const handler = vi.fn();
+    const { pipeline: b } = pipeline(new Router().on('*', handler), { dedupe, now: clock });
+    expect((await b.process(message(event.raw, 2, now))).outcome).toMatchObject({
+      kind: 'retry',
+      code: 'IN_PROGRESS',
+    });
+    now += 60_001;
+    expect((await b.process(message(event.raw, 3, now - 60_000))).outcome).toEqual({
+      kind: 'ack',
+      result: 'handled',
+    });
+    expect(handler).toHaveBeenCalledOnce();
+  });
+
+  it('extends the lease while a slow handler runs, so no second copy starts', async () => {
+    const dedupe = new MemoryDedupeStore();
+    const event = createTestEnvelope('daily.data.steps.created');
+    let release!: () => void;
+    const handler = vi.fn(() => new Promise<void>((resolve) => (release = resolve)));
+    const { pipeline: p } = pipeline(new Router().on('*', handler), { dedupe, settings: { leaseMs: 150 } });
+    const extend = vi.spyOn(dedupe, 'extend');
+    const running = p.process(message(event.raw));
+    await vi.waitFor(() => expect(extend.mock.calls.length).toBeGreaterThanOrEqual(4), { timeout: 2000 });
+    // Well past the 150 ms lease: a second delivery still finds it in progress.
+    expect((await dedupe.claim(event.eventId, 150)).status).toBe('in_progress');
+    release();
+    expect((await running).outcome).toEqual({ kind: 'ack', result: 'handled' });
+    expect(handler).toHaveBeenCalledOnce();
+  });
+
+  it('aborts the handler and does not ack when the lease cannot be extended', async () => {
+    const dedupe = new MemoryDedupeStore();
+    vi.spyOn(dedupe, 'extend').mockResolvedValue(false);
+    const event = createTestEnvelope('daily.data.steps.created');
+    let signal: AbortSignal | undefined;
+    const handler = vi.fn((_e: unknown, ctx: { signal: AbortSignal }) => {
+      signal = ctx.signal;
+      return new Promise<void>(() => undefined); // never finishes on its own
+    });
+    const { pipeline: p } = pipeline(new Router().on('*', handler), { dedupe, settings: { leaseMs: 150 } });
+    const result = await p.process(message(event.raw));
+    expect(result.outcome).toMatchObject({ kind: 'retry', code: 'LEASE_LOST' });
+    expect(signal?.aborted).toBe(true);
+  });
+
+  it('retries (never acks) while the dedupe store is unreachable', async () => {
+    const dedupe = new MemoryDedupeStore();
+    vi.spyOn(dedupe, 'claim').mockRejectedValue(new DedupeUnavailableError('connection refused'));
+    const handler = vi.fn();
+    const { pipeline: p } = pipeline(new Router().on('*', handler), { dedupe });
+    const result = await p.process(message(createTestEnvelope('daily.data.steps.created').raw));
+    expect(result.outcome).toMatchObject({ kind: 'retry', code: 'DEDUPE_UNAVAILABLE' });
+    expect(handler).not.toHaveBeenCalled();
+  });
+});
+
+describe('additive v1', () => {
+  it('keeps unknown fields in the typed event', async () => {
+    const event = createTestEnvelope('daily.data.heart_rate.created', {
+      fields: { added_in_2027: { x: 1 } },
+    });
+    const handler = vi.fn();
+    const { pipeline: p } = pipeline(new Router().on('daily.data.heart_rate.created', handler));
+    await p.process(message(event.raw));
+    expect(handler.mock.calls[0]?.[0]).toMatchObject({ added_in_2027: { x: 1 }, unit: 'bpm' });
+  });
+
+  it('accepts target types the spec does not list yet', async () => {
+    const event = createTestEnvelope('coach.nudge.created', { fields: { target: { type: 'program' } } });
+    const handler = vi.fn();
+    const { pipeline: p } = pipeline(new Router().on('coach.nudge.created', handler));
+    expect((await p.process(message(event.raw))).outcome).toEqual({ kind: 'ack', result: 'handled' });
+  });
+
+  it('acks an unknown event type with a warning by default, never crashing', async () => {
+    const event = createTestEnvelope('plan.generation.completed');
+    const { pipeline: p } = pipeline(new Router().on('*', vi.fn()));
+    expect((await p.process(message(event.raw))).outcome).toEqual({ kind: 'ack', result: 'ignored' });
+  });
+
+  it('dead-letters an unknown event type when configured strict', async () => {
+    const event = createTestEnvelope('plan.generation.completed');
+    const { pipeline: p } = pipeline(new Router().on('*', vi.fn()), {
+      settings: { unknownEventTypes: 'dead-letter' },
+    });
+    expect((await p.process(message(event.raw))).outcome).toMatchObject({
+      kind: 'dead',
+      code: 'UNKNOWN_EVENT_TYPE',
+    });
+  });
+
+  it('routes unknown event types to the unknown handler only', async () => {
+    const event = createTestEnvelope('plan.generation.completed', { fields: { plan_id: 'p1' } });
+    const unknown = vi.fn();
+    const any = vi.fn();
+    const { pipeline: p } = pipeline(new Router().on('*', any).onUnknown(unknown));
+    expect((await p.process(message(event.raw))).outcome).toEqual({ kind: 'ack', result: 'handled' });
+    expect(unknown.mock.calls[0]?.[0]).toMatchObject({
+      event_type: 'plan.generation.completed',
+      plan_id: 'p1',
+    });
+    expect(any).not.toHaveBeenCalled();
+  });
+});
+
+describe('routing', () => {
+  it('runs exact, wildcard and catch-all handlers in registration order', async () => {
+    const calls: string[] = [];
+    const router = new Router()
+      .on('daily.data.heart_rate.created', () => void calls.push('exact'))
+      .on('daily.data.*', () => void calls.push('wildcard'))
+      .on('coach.nudge.created', () => void calls.push('nudge'))
+      .on('*', () => void calls.push('any'));
+    const { pipeline: p } = pipeline(router);
+    await p.process(message(createTestEnvelope('daily.data.heart_rate.created').raw));
+    expect(calls).toEqual(['exact', 'wildcard', 'any']);
+  });
+
+  it('acks a catalog type nobody handles without claiming it', async () => {
+    const { pipeline: p, dedupe } = pipeline(new Router().on('coach.nudge.created', vi.fn()));
+    const claim = vi.spyOn(dedupe, 'claim');
+    const result = await p.process(message(createTestEnvelope('daily.data.steps.created').raw));
+    expect(result.outcome).toEqual({ kind: 'ack', result: 'ignored' });
+    expect(claim).not.toHaveBeenCalled();
+  });
+
+  it('refuses a pattern that matches no catalog type', () => {
+    expect(() => new Router().on('daily.data.vo2max.created' as 'daily.data.*', vi.fn())).toThrow(
+      /matches no event type/,
+    );
+  });
+});
+
+describe('poison: what retrying can fix is retried, what it cannot is not', () => {
+  const router = () => new Router().on('*', vi.fn());
+
+  it.each([
+    ['MALFORMED_ENVELOPE', 'not json at all'],
+    ['ENVELOPE_TOO_LARGE', JSON.stringify({ pad: 'x'.repeat(2 * 1024 * 1024) })],
+    ['BODY_NOT_JSON', createTestEnvelope('daily.data.steps.created', { body: 'not json' }).raw],
+    ['TIMESTAMP_TOO_OLD', staleEnvelope('daily.data.steps.created').raw],
+    [
+      'ENVELOPE_MISMATCH',
+      JSON.stringify({ ...createTestEnvelope('daily.data.steps.created').envelope, event_id: 'evt_other' }),
+    ],
+    ['SCHEMA_INVALID', createTestEnvelope('daily.data.steps.created', { fields: { value: 'many' } }).raw],
+  ])('%s is dead-lettered at once', async (code, raw) => {
+    const { pipeline: p } = pipeline(router());
+    expect((await p.process(message(raw, 1))).outcome).toMatchObject({ kind: 'dead', code });
+  });
+
+  it.each([
+    ['SIGNATURE_MISMATCH', () => forgedEnvelope('daily.data.steps.created').raw],
+    ['TIMESTAMP_TOO_NEW', () => futureEnvelope('daily.data.steps.created').raw],
+  ])('%s is retried with backoff, then dead-lettered after N attempts', async (code, make) => {
+    const { pipeline: p } = pipeline(router());
+    const raw = make();
+    const first = await p.process(message(raw, 1));
+    expect(first.outcome).toMatchObject({ kind: 'retry', code });
+    expect(first.outcome.kind === 'retry' && first.outcome.delayMs).toBeGreaterThan(0);
+    expect((await p.process(message(raw, 2))).outcome).toMatchObject({ kind: 'retry', code });
+    expect((await p.process(message(raw, 3))).outcome).toMatchObject({ kind: 'dead', code });
+  });
+
+  it('a schema-invalid event releases its claim so a replay after an upgrade can run it', async () => {
+    const event = createTestEnvelope('daily.data.steps.created', { fields: { value: 'many' } });
+    const { pipeline: p, dedupe } = pipeline(router());
+    await p.process(message(event.raw));
+    expect(await dedupe.peek(event.eventId)).toBe('absent');
+  });
+
+  it('a handler error is retried, then dead-lettered after N attempts', async () => {
+    const raw = createTestEnvelope('daily.data.steps.created').raw;
+    const { pipeline: p } = pipeline(
+      new Router().on('*', () => {
+        throw new Error('boom');
+      }),
+    );
+    expect((await p.process(message(raw, 1))).outcome).toMatchObject({
+      kind: 'retry',
+      code: 'HANDLER_FAILED',
+    });
+    expect((await p.process(message(raw, 3))).outcome).toMatchObject({
+      kind: 'dead',
+      code: 'HANDLER_FAILED',
+    });
+  });
+
+  it('RetryLaterError sets the delay; DeadLetterError dead-letters at once', async () => {
+    const raw1 = createTestEnvelope('daily.data.steps.created').raw;
+    const raw2 = createTestEnvelope('daily.data.hrv.created').raw;
+    const router = new Router()
+      .on('daily.data.steps.created', () => {
+        throw new RetryLaterError('rate limited', { delayMs: 12_345 });
+      })
+      .on('daily.data.hrv.created', () => {
+        throw new DeadLetterError('user unknown to our app');
+      });
+    const { pipeline: p } = pipeline(router);
+    expect((await p.process(message(raw1))).outcome).toEqual({
+      kind: 'retry',
+      code: 'HANDLER_REQUESTED_RETRY',
+      reason: 'rate limited',
+      delayMs: 12_345,
+    });
+    expect((await p.process(message(raw2))).outcome).toMatchObject({
+      kind: 'dead',
+      code: 'HANDLER_REQUESTED_DEAD_LETTER',
+      reason: 'user unknown to our app',
+    });
+  });
+
+  it('a handler that runs too long is aborted and retried, not acked', async () => {
+    let signal: AbortSignal | undefined;
+    const { pipeline: p } = pipeline(
+      new Router().on('*', (_e, ctx) => {
+        signal = ctx.signal;
+        return new Promise(() => undefined);
+      }),
+      { settings: { handlerTimeoutMs: 50 } },
+    );
+    const result = await p.process(message(createTestEnvelope('daily.data.steps.created').raw));
+    expect(result.outcome).toMatchObject({ kind: 'retry', code: 'HANDLER_TIMEOUT' });
+    expect(signal?.aborted).toBe(true);
+  });
+});
+
+describe('consumer: dead letters, settling, shutdown', () => {
+  let h: Harness | undefined;
+  afterEach(async () => {
+    await h?.cleanup();
+    h = undefined;
+  });
+
+  it('writes a dead event to the dead-letter file with the raw message, then settles it as dead', async () => {
+    h = harness();
+    h.consumer.on('*', vi.fn());
+    const forged = forgedEnvelope('daily.data.steps.created');
+    const stale = staleEnvelope('daily.data.steps.created');
+    h.source.send(forged.raw);
+    h.source.send(stale.raw);
+    await h.consumer.start();
+    await h.waitFor((r) => r.outcome.kind === 'dead' && r.outcome.code === 'SIGNATURE_MISMATCH');
+    await h.waitFor((r) => r.outcome.kind === 'dead' && r.outcome.code === 'TIMESTAMP_TOO_OLD');
+    const records = readFileSync(h.deadLetterPath, 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l));
+    const byCode = Object.fromEntries(records.map((r) => [r.code, r]));
+    expect(byCode.SIGNATURE_MISMATCH).toMatchObject({
+      raw: forged.raw,
+      attempts: 3,
+      source: 'memory',
+      event_id: null,
+    });
+    expect(byCode.TIMESTAMP_TOO_OLD).toMatchObject({ raw: stale.raw, attempts: 1, raw_encoding: 'utf8' });
+    expect(h.source.settled.filter((s) => s.outcome.kind === 'dead')).toHaveLength(2);
+  });
+
+  it('keeps a dead event unacked (retry) when the dead-letter sink fails', async () => {
+    const write = vi.fn().mockRejectedValue(new Error('disk full'));
+    h = harness({ deadLetter: { write, close: async () => undefined } });
+    h.consumer.on('*', vi.fn());
+    h.source.send(staleEnvelope('daily.data.steps.created').raw);
+    await h.consumer.start();
+    const report = await h.waitFor(() => true);
+    expect(report.outcome).toMatchObject({ kind: 'retry', code: 'TIMESTAMP_TOO_OLD' });
+    expect(write).toHaveBeenCalled();
+  });
+
+  it('never runs more handlers at once than its concurrency', async () => {
+    let running = 0;
+    let peak = 0;
+    h = harness({ concurrency: 3, endWhenEmpty: true });
+    h.consumer.on('*', async () => {
+      running++;
+      peak = Math.max(peak, running);
+      await new Promise((r) => setTimeout(r, 5));
+      running--;
+    });
+    for (let i = 0; i < 20; i++) h.source.send(createTestEnvelope('daily.data.steps.created').raw);
+    await h.consumer.start();
+    await h.consumer.stopped;
+    expect(peak).toBe(3);
+    expect(h.reports.filter((r) => r.outcome.kind === 'ack')).toHaveLength(20);
+  });
+
+  it('stop() drains in-flight handlers before resolving, and acks them', async () => {
+    h = harness();
+    let finish!: () => void;
+    const started = vi.fn();
+    h.consumer.on('*', () => {
+      started();
+      return new Promise<void>((resolve) => (finish = resolve));
+    });
+    h.source.send(createTestEnvelope('daily.data.steps.created').raw);
+    await h.consumer.start();
+    await vi.waitFor(() => expect(started).toHaveBeenCalled());
+    const stopping = h.consumer.stop();
+    expect(h.consumer.status.state).toBe('stopping');
+    finish();
+    await stopping;
+    expect(h.source.settled.map((s) => s.outcome)).toEqual([{ kind: 'ack', result: 'handled' }]);
+  });
+
+  it('stop() past its deadline aborts unfinished handlers and never acks them', async () => {
+    h = harness({ shutdownTimeoutMs: 50 });
+    let signal: AbortSignal | undefined;
+    h.consumer.on('*', (_e, ctx) => {
+      signal = ctx.signal;
+      return new Promise<void>(() => undefined);
+    });
+    const event = createTestEnvelope('daily.data.steps.created');
+    h.source.send(event.raw);
+    await h.consumer.start();
+    await vi.waitFor(() => expect(signal).toBeDefined());
+    await h.consumer.stop();
+    expect(signal?.aborted).toBe(true);
+    expect(h.source.settled.map((s) => s.outcome)).toEqual([
+      { kind: 'retry', code: 'SHUTDOWN', reason: 'consumer stopped before the handler finished', delayMs: 0 },
+    ]);
+  });
+
+  it('process() serves consumers that run their own receive loop', async () => {
+    h = harness();
+    const handler = vi.fn();
+    h.consumer.on('daily.data.steps.created', handler);
+    const event = createTestEnvelope('daily.data.steps.created');
+    const result = await h.consumer.process({ id: 'lambda-1', body: event.raw, attempt: 1 });
+    expect(result).toMatchObject({
+      outcome: { kind: 'ack', result: 'handled' },
+      eventId: event.eventId,
+      keyId: 'current',
+    });
+    expect(handler).toHaveBeenCalledOnce();
+  });
+});
