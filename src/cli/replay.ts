@@ -3,11 +3,10 @@ import { basename, dirname, join } from 'node:path';
 import { type FileMessage, FileSource } from '../../adapters/file/index.js';
 import { JsonlDeadLetterSink } from '../dead-letter.js';
 import type { DedupeStore } from '../dedupe/types.js';
-import { VerificationError } from '../errors.js';
+import { type ErrorCode, VERIFICATION_CODES, VerificationError } from '../errors.js';
 import { validateEvent } from '../events/validate.js';
 import { createForwarder, describeUrl } from '../forward.js';
 import { createLogger } from '../logger.js';
-import { isPermanent } from '../outcome.js';
 import type { Keyring } from '../secrets.js';
 import { verifyMessage } from '../verify.js';
 import { createConsumer, type SettledReport } from '../worker.js';
@@ -41,6 +40,13 @@ dead-letter file, whose path is printed.
   --json               one JSON line per event, then a summary object as the last line
 
 Exit: 0 when nothing failed or was rejected, 1 otherwise, 2 on usage errors.`;
+
+/** The event itself is invalid (as opposed to: the app did not take it). */
+const REJECTED_CODES: ReadonlySet<ErrorCode> = new Set<ErrorCode>([
+  ...VERIFICATION_CODES,
+  'SCHEMA_INVALID',
+  'UNKNOWN_EVENT_TYPE',
+]);
 
 export interface ReplaySummary {
   total: number;
@@ -116,7 +122,7 @@ export async function replayCommand(args: string[]): Promise<number> {
     if (outcome.kind === 'ack') {
       if (outcome.result === 'duplicate') summary.duplicates++;
       else summary.forwarded++;
-    } else if (isPermanent(outcome.code) && outcome.code !== 'HANDLER_REQUESTED_DEAD_LETTER') {
+    } else if (REJECTED_CODES.has(outcome.code)) {
       summary.rejected++;
     } else {
       summary.failed++;

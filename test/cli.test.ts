@@ -1,0 +1,350 @@
+import { readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { deadLetterRecord } from '../src/dead-letter.js';
+import { createTestEnvelope, forgedEnvelope, staleEnvelope } from '../src/testing.js';
+import { runCli, startApp, startCli } from './support/cli.js';
+import { tempDir } from './support/harness.js';
+
+let dir: ReturnType<typeof tempDir>;
+beforeEach(() => {
+  dir = tempDir('phe-cli-');
+});
+afterEach(() => dir.cleanup());
+
+function jsonLines(text: string): Record<string, unknown>[] {
+  return text
+    .trim()
+    .split('\n')
+    .filter((l) => l.startsWith('{'))
+    .map((l) => JSON.parse(l));
+}
+
+function writeJsonl(name: string, lines: string[]): string {
+  const path = join(dir.path, name);
+  writeFileSync(path, `${lines.join('\n')}\n`);
+  return path;
+}
+
+/** A dead-letter record as the worker writes it, for an event signed `ageSeconds` ago. */
+function deadRecord(raw: string, code: 'HANDLER_FAILED' | 'SIGNATURE_MISMATCH' = 'HANDLER_FAILED'): string {
+  return JSON.stringify(
+    deadLetterRecord({ id: 'sqs-1', body: raw, attempt: 10 }, { code, reason: 'app was down' }, 'sqs:q'),
+  );
+}
+
+describe('partner-events verify', () => {
+  it('prints one JSON object per line and exits 1 when any line failed', async () => {
+    const good = createTestEnvelope('daily.data.heart_rate.created');
+    const file = writeJsonl('in.jsonl', [
+      good.raw,
+      forgedEnvelope('daily.data.steps.created').raw,
+      '',
+      'not json',
+      staleEnvelope('daily.data.steps.created').raw,
+      createTestEnvelope('daily.data.steps.created', { fields: { value: 'lots' } }).raw,
+    ]);
+    const result = await runCli(['verify', file, '--json']);
+    expect(result.code).toBe(1);
+    const lines = jsonLines(result.stdout);
+    expect(lines).toEqual([
+      {
+        line: 1,
+        ok: true,
+        event_id: good.eventId,
+        event_type: 'daily.data.heart_rate.created',
+        code: null,
+        key_id: 'current',
+      },
+      expect.objectContaining({ line: 2, ok: false, code: 'SIGNATURE_MISMATCH', key_id: null }),
+      expect.objectContaining({ line: 4, ok: false, code: 'MALFORMED_ENVELOPE', event_id: null }),
+      expect.objectContaining({ line: 5, ok: false, code: 'TIMESTAMP_TOO_OLD' }),
+      expect.objectContaining({ line: 6, ok: false, code: 'SCHEMA_INVALID', key_id: 'current' }),
+    ]);
+  });
+
+  it('exits 0 when every line is ok, reading stdin and a rotated key', async () => {
+    const current = createTestEnvelope('daily.data.steps.created');
+    const previous = createTestEnvelope('daily.data.steps.created', { secret: 'the-previous-secret-value' });
+    const result = await runCli(['verify', '-', '--json'], {
+      input: `${current.raw}\n${previous.raw}\n`,
+      env: { PARTNER_EVENTS_SIGNING_SECRET_PREVIOUS: 'the-previous-secret-value' },
+    });
+    expect(result.code).toBe(0);
+    expect(jsonLines(result.stdout).map((l) => l.key_id)).toEqual(['current', 'previous']);
+  });
+
+  it('reads one pretty-printed JSON document, and --now checks age as of that time', async () => {
+    const signedAt = Math.floor(Date.now() / 1000) - 3600;
+    const old = createTestEnvelope('daily.data.steps.created', { signedAt });
+    const file = join(dir.path, 'one.json');
+    writeFileSync(file, JSON.stringify(old.envelope, null, 2));
+    expect((await runCli(['verify', file, '--json'])).code).toBe(1);
+    const asOfThen = await runCli(['verify', file, '--json', '--now', String(signedAt + 10)]);
+    expect(asOfThen.code).toBe(0);
+    expect(jsonLines(asOfThen.stdout)).toHaveLength(1);
+  });
+
+  it('verifies the original message inside dead-letter records', async () => {
+    const event = createTestEnvelope('daily.data.steps.created');
+    const file = writeJsonl('dead.jsonl', [deadRecord(event.raw)]);
+    const result = await runCli(['verify', file, '--json']);
+    expect(jsonLines(result.stdout)[0]).toMatchObject({ ok: true, event_id: event.eventId });
+  });
+
+  it('prints a readable table without --json', async () => {
+    const file = writeJsonl('in.jsonl', [createTestEnvelope('daily.data.steps.created').raw]);
+    const result = await runCli(['verify', file]);
+    expect(result.code).toBe(0);
+    expect(result.stdout).toMatch(/LINE\s+RESULT\s+CODE\s+KEY\s+EVENT TYPE\s+EVENT ID/);
+    expect(result.stdout).toContain('1 ok, 0 failed');
+  });
+
+  it('exits 2 on usage errors and on a missing or weak secret, without echoing the secret', async () => {
+    expect((await runCli(['verify', '--bogus'])).code).toBe(2);
+    const weak = await runCli(['verify', '-'], { env: { PARTNER_EVENTS_SIGNING_SECRET: 's3cret-value\n' } });
+    expect(weak.code).toBe(2);
+    expect(weak.stderr).toContain('SECRET_INVALID');
+    expect(weak.stderr).not.toContain('s3cret-value');
+    const none = await runCli(['verify', '-'], { env: { PARTNER_EVENTS_SIGNING_SECRET: '' } });
+    expect(none.code).toBe(2);
+  });
+});
+
+describe('partner-events replay', () => {
+  it('forwards the exact signed body with headers, skips duplicates, rejects forgeries', async () => {
+    const app = await startApp();
+    try {
+      const old = createTestEnvelope('daily.data.heart_rate.created', {
+        signedAt: Math.floor(Date.now() / 1000) - 7200,
+      });
+      const nudge = createTestEnvelope('coach.nudge.created');
+      const forged = forgedEnvelope('daily.data.steps.created');
+      const file = writeJsonl('dead.jsonl', [
+        deadRecord(old.raw),
+        nudge.raw,
+        deadRecord(old.raw),
+        deadRecord(forged.raw),
+      ]);
+      const dedupe = `sqlite:${join(dir.path, 'dedupe.db')}`;
+      const result = await runCli(['replay', file, '--forward', app.url, '--dedupe', dedupe, '--json']);
+      expect(result.code).toBe(1); // the forgery was rejected
+      const lines = jsonLines(result.stdout);
+      const summary = lines.at(-1);
+      expect(summary).toMatchObject({ total: 4, forwarded: 2, duplicates: 1, rejected: 1, failed: 0 });
+      expect(app.received.map((r) => r.body).sort()).toEqual([old.envelope.body, nudge.envelope.body].sort());
+      const hr = app.received.find((r) => r.headers['partner-event-id'] === old.eventId);
+      expect(hr?.headers['partner-event-type']).toBe('daily.data.heart_rate.created');
+      expect(hr?.headers['content-type']).toBe('application/json');
+      // The new dead-letter file holds exactly the event that still fails.
+      const deadFile = String(summary?.dead_letter_file);
+      const stillDead = jsonLines(readFileSync(deadFile, 'utf8'));
+      expect(stillDead).toHaveLength(1);
+      expect(stillDead[0]).toMatchObject({ code: 'SIGNATURE_MISMATCH', raw: forged.raw });
+
+      // Replaying again never double-applies: everything verified is a duplicate now.
+      const again = await runCli(['replay', file, '--forward', app.url, '--dedupe', dedupe, '--json']);
+      expect(jsonLines(again.stdout).at(-1)).toMatchObject({ forwarded: 0, duplicates: 3, rejected: 1 });
+      expect(app.received).toHaveLength(2);
+    } finally {
+      await app.close();
+    }
+  });
+
+  it('counts app failures as failed, writes them to a new dead-letter file, exits 1', async () => {
+    const app = await startApp(() => 500);
+    try {
+      const event = createTestEnvelope('daily.data.steps.created');
+      const file = writeJsonl('dead.jsonl', [deadRecord(event.raw)]);
+      const deadLetter = join(dir.path, 'still-failing.jsonl');
+      const result = await runCli([
+        'replay',
+        file,
+        '--forward',
+        app.url,
+        '--dedupe',
+        'memory',
+        '--dead-letter',
+        deadLetter,
+        '--attempts',
+        '2',
+        '--json',
+      ]);
+      expect(result.code).toBe(1);
+      expect(jsonLines(result.stdout).at(-1)).toMatchObject({
+        total: 1,
+        forwarded: 0,
+        failed: 1,
+        dead_letter_file: deadLetter,
+      });
+      expect(app.received).toHaveLength(2);
+      expect(jsonLines(readFileSync(deadLetter, 'utf8'))[0]).toMatchObject({
+        raw: event.raw,
+        code: 'HANDLER_FAILED',
+      });
+    } finally {
+      await app.close();
+    }
+  });
+
+  it('--check-age rejects dead events older than 5 minutes', async () => {
+    const app = await startApp();
+    try {
+      const old = createTestEnvelope('daily.data.steps.created', {
+        signedAt: Math.floor(Date.now() / 1000) - 7200,
+      });
+      const file = writeJsonl('dead.jsonl', [deadRecord(old.raw)]);
+      const result = await runCli([
+        'replay',
+        file,
+        '--forward',
+        app.url,
+        '--dedupe',
+        'memory',
+        '--json',
+        '--check-age',
+      ]);
+      expect(jsonLines(result.stdout).at(-1)).toMatchObject({ rejected: 1, forwarded: 0 });
+      expect(app.received).toHaveLength(0);
+    } finally {
+      await app.close();
+    }
+  });
+
+  it('--dry-run reports what would happen and changes nothing', async () => {
+    const app = await startApp();
+    try {
+      const event = createTestEnvelope('daily.data.steps.created');
+      const file = writeJsonl('dead.jsonl', [
+        deadRecord(event.raw),
+        forgedEnvelope('daily.data.steps.created').raw,
+      ]);
+      const dedupe = `sqlite:${join(dir.path, 'dedupe.db')}`;
+      const dry = await runCli([
+        'replay',
+        file,
+        '--forward',
+        app.url,
+        '--dedupe',
+        dedupe,
+        '--dry-run',
+        '--json',
+      ]);
+      const lines = jsonLines(dry.stdout);
+      expect(lines[0]).toMatchObject({ line: 1, action: 'forward', event_id: event.eventId });
+      expect(lines[1]).toMatchObject({ line: 2, action: 'reject', code: 'SIGNATURE_MISMATCH' });
+      expect(lines.at(-1)).toMatchObject({ dry_run: true, would_forward: 1, rejected: 1 });
+      expect(app.received).toHaveLength(0);
+      // Nothing was claimed: a real replay still forwards the event.
+      const real = await runCli(['replay', file, '--forward', app.url, '--dedupe', dedupe, '--json']);
+      expect(jsonLines(real.stdout).at(-1)).toMatchObject({ forwarded: 1 });
+    } finally {
+      await app.close();
+    }
+  });
+
+  it('exits 2 without --forward', async () => {
+    const file = writeJsonl('dead.jsonl', ['{}']);
+    const result = await runCli(['replay', file]);
+    expect(result.code).toBe(2);
+    expect(result.stderr).toContain('--forward');
+  });
+});
+
+describe('partner-events run', () => {
+  it('forwards every event of a file source once, dead-letters the rest, and exits 0', async () => {
+    const app = await startApp();
+    try {
+      const a = createTestEnvelope('daily.data.steps.created');
+      const b = createTestEnvelope('coach.nudge.created');
+      const file = writeJsonl('events.jsonl', [
+        a.raw,
+        b.raw,
+        a.raw,
+        staleEnvelope('daily.data.hrv.created').raw,
+      ]);
+      const deadLetter = join(dir.path, 'dead.jsonl');
+      const result = await runCli([
+        'run',
+        '--source',
+        `file:${file}`,
+        '--forward',
+        app.url,
+        '--dedupe',
+        `sqlite:${join(dir.path, 'dedupe.db')}`,
+        '--dead-letter',
+        deadLetter,
+      ]);
+      expect(result.code).toBe(0);
+      expect(app.received.map((r) => r.headers['partner-event-id']).sort()).toEqual(
+        [a.eventId, b.eventId].sort(),
+      );
+      expect(jsonLines(readFileSync(deadLetter, 'utf8'))).toEqual([
+        expect.objectContaining({ code: 'TIMESTAMP_TOO_OLD' }),
+      ]);
+    } finally {
+      await app.close();
+    }
+  });
+
+  it('drains in-flight work on SIGTERM and exits 0 without starting more', async () => {
+    const events = Array.from({ length: 3 }, () => createTestEnvelope('daily.data.steps.created'));
+    const file = writeJsonl(
+      'events.jsonl',
+      events.map((e) => e.raw),
+    );
+    const go = join(dir.path, 'go');
+    const handlers = join(dir.path, 'handlers.mjs');
+    // A handler module that reports each start on stdout and waits until the file "go" exists.
+    writeFileSync(
+      handlers,
+      `import { existsSync } from 'node:fs';
+export default {
+  '*': async (event) => {
+    process.stdout.write('started ' + event.event_id + '\\n');
+    while (!existsSync(${JSON.stringify(go)})) await new Promise((r) => setTimeout(r, 20));
+    process.stdout.write('finished ' + event.event_id + '\\n');
+  },
+};`,
+    );
+    const cli = startCli([
+      'run',
+      '--source',
+      `file:${file}`,
+      '--handlers',
+      handlers,
+      '--dedupe',
+      `sqlite:${join(dir.path, 'dedupe.db')}`,
+      '--concurrency',
+      '1',
+    ]);
+    await vi.waitFor(() => expect(cli.output()).toContain('started'), { timeout: 10_000, interval: 20 });
+    cli.child.kill('SIGTERM');
+    await new Promise((r) => setTimeout(r, 300));
+    writeFileSync(go, '');
+    const result = await cli.done;
+    expect(result.code).toBe(0);
+    // The event in flight finished; no other was started after the signal.
+    expect(result.stdout.match(/started/g)).toHaveLength(1);
+    expect(result.stdout.match(/finished/g)).toHaveLength(1);
+  });
+
+  it('names the problem and exits 2 on bad arguments', async () => {
+    const result = await runCli(['run', '--source', 'kafka://x', '--forward', 'http://127.0.0.1:9/']);
+    expect(result.code).toBe(2);
+    expect(result.stderr).toContain('unknown --source');
+  });
+});
+
+describe('npm start (demo)', () => {
+  it('runs the whole pipeline locally and shows each outcome and a summary', async () => {
+    const result = await runCli(['demo']);
+    expect(result.code).toBe(0);
+    expect(result.stdout).toContain('handled');
+    expect(result.stdout).toContain('duplicate');
+    expect(result.stdout).toContain('SIGNATURE_MISMATCH');
+    expect(result.stdout).toContain('TIMESTAMP_TOO_OLD');
+    expect(result.stdout).toMatch(/14 handled, \d+ duplicates skipped/);
+    expect(result.stdout).toContain('each exactly once');
+  }, 30_000);
+});
