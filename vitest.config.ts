@@ -14,6 +14,8 @@ export default defineConfig({
   },
   test: {
     include: ['test/**/*.test.ts'],
+    // Type tests (`*.test-d.ts`) run through tsc: a wrong handler type fails `npm test`.
+    typecheck: { enabled: true, include: ['test/**/*.test-d.ts'], tsconfig: './tsconfig.json' },
     testTimeout: 20_000,
     hookTimeout: 30_000,
   },
