@@ -3,6 +3,7 @@ import { createInterface } from 'node:readline';
 import type { RawMessage, SourceAdapter } from '../../src/adapter.js';
 import { isDeadLetterRecord, rawOfDeadLetter } from '../../src/dead-letter.js';
 import type { Outcome } from '../../src/outcome.js';
+import { Waker } from '../../src/wake.js';
 
 export interface FileMessage extends RawMessage {
   /** 1-based line number in the file. */
@@ -39,7 +40,7 @@ export class FileSource implements SourceAdapter<FileMessage> {
   #inFlight = 0;
   #acked = 0;
   #dead = 0;
-  #wake: (() => void) | undefined;
+  readonly #waker = new Waker();
 
   constructor(options: FileSourceOptions) {
     this.name = options.name ?? `file:${options.path}`;
@@ -80,15 +81,7 @@ export class FileSource implements SourceAdapter<FileMessage> {
     }
     if (this.#inFlight === 0 && this.#delayed.size === 0) return null;
     // Only retries remain: wait for one to come due (or for a stop).
-    await new Promise<void>((resolve) => {
-      const done = () => {
-        signal.removeEventListener('abort', done);
-        this.#wake = undefined;
-        resolve();
-      };
-      this.#wake = done;
-      signal.addEventListener('abort', done, { once: true });
-    });
+    await this.#waker.wait(signal);
     return [];
   }
 
@@ -98,21 +91,21 @@ export class FileSource implements SourceAdapter<FileMessage> {
       const timer = setTimeout(() => {
         this.#delayed.delete(timer);
         this.#ready.push({ ...message, attempt: message.attempt + 1 });
-        this.#wake?.();
+        this.#waker.wake();
       }, outcome.delayMs);
       this.#delayed.add(timer);
       return;
     }
     if (outcome.kind === 'ack') this.#acked++;
     else this.#dead++;
-    if (this.#inFlight === 0 && this.#delayed.size === 0) this.#wake?.();
+    if (this.#inFlight === 0 && this.#delayed.size === 0) this.#waker.wake();
   }
 
   async close(): Promise<void> {
     for (const timer of this.#delayed) clearTimeout(timer);
     this.#delayed.clear();
     this.#closeStream();
-    this.#wake?.();
+    this.#waker.wake();
   }
 }
 

@@ -1,5 +1,6 @@
 import type { RawMessage, SourceAdapter } from '../../src/adapter.js';
 import type { Outcome } from '../../src/outcome.js';
+import { Waker } from '../../src/wake.js';
 
 export interface MemoryMessage extends RawMessage {
   readonly id: string;
@@ -35,7 +36,7 @@ export class MemorySource implements SourceAdapter<MemoryMessage> {
   #inFlight = 0;
   #seq = 0;
   #closed = false;
-  #wake: (() => void) | undefined;
+  readonly #waker = new Waker();
   #idleWaiters: (() => void)[] = [];
 
   constructor(options: MemorySourceOptions = {}) {
@@ -67,15 +68,7 @@ export class MemorySource implements SourceAdapter<MemoryMessage> {
       if (this.#closed) return null;
       if (this.#endWhenEmpty && this.pending === 0) return null;
       if (signal.aborted) return [];
-      await new Promise<void>((resolve) => {
-        const done = () => {
-          signal.removeEventListener('abort', done);
-          this.#wake = undefined;
-          resolve();
-        };
-        this.#wake = done;
-        signal.addEventListener('abort', done, { once: true });
-      });
+      await this.#waker.wait(signal);
     }
     const end = Math.min(this.#queue.length, this.#head + max);
     const batch = this.#queue.slice(this.#head, end);
@@ -105,13 +98,13 @@ export class MemorySource implements SourceAdapter<MemoryMessage> {
     this.#closed = true;
     for (const timer of this.#delayed) clearTimeout(timer);
     this.#delayed.clear();
-    this.#wake?.();
+    this.#waker.wake();
     this.#checkIdle();
   }
 
   #push(message: MemoryMessage): void {
     this.#queue.push(message);
-    this.#wake?.();
+    this.#waker.wake();
   }
 
   #checkIdle(): void {
@@ -120,7 +113,7 @@ export class MemorySource implements SourceAdapter<MemoryMessage> {
     this.#idleWaiters = [];
     for (const w of waiters) w();
     // Wake a waiting receiver so an endWhenEmpty source can report exhaustion.
-    if (this.#endWhenEmpty) this.#wake?.();
+    if (this.#endWhenEmpty) this.#waker.wake();
   }
 }
 
