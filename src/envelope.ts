@@ -43,6 +43,8 @@ export function parseEnvelope(raw: string | Uint8Array, maxBytes = DEFAULT_MAX_E
     raw = decodeUtf8(raw);
   } else if (byteLengthExceeds(raw, maxBytes)) {
     throw tooLarge(Buffer.byteLength(raw, 'utf8'), maxBytes);
+  } else if (raw.charCodeAt(0) === 0xfeff) {
+    raw = raw.slice(1); // a byte-order mark is not part of the envelope (TextDecoder drops it for bytes too)
   }
 
   let value: unknown;
@@ -64,6 +66,13 @@ export function parseEnvelope(raw: string | Uint8Array, maxBytes = DEFAULT_MAX_E
   }
   if (typeof signature !== 'string') throw missing('signature', 'a string');
   if (typeof body !== 'string') throw missing('body', 'a string holding JSON (not a nested object)');
+  // HMAC input is the UTF-8 encoding of the body, which maps every lone surrogate to U+FFFD: a
+  // body with one could pass with the signature of a different text. No real JSON text has one.
+  if (!body.isWellFormed()) {
+    throw new VerificationError('MALFORMED_ENVELOPE', 'body contains an unpaired UTF-16 surrogate', {
+      details: { field: 'body' },
+    });
+  }
   return { event_id, event_type, signed_at, signature, body };
 }
 

@@ -123,11 +123,13 @@ export class SqliteDedupeStore implements DedupeStore {
     });
   }
 
-  async peek(eventId: string): Promise<DedupeState> {
-    this.#assertOpen();
-    const row = this.#stmt.get.get(eventId);
-    if (!row || row.expires_at <= this.#now()) return 'absent';
-    return row.done === 1 ? 'done' : 'in_progress';
+  peek(eventId: string): Promise<DedupeState> {
+    // Through the queue, so it sees every operation issued before it.
+    return this.#enqueue((): DedupeState => {
+      const row = this.#stmt.get.get(eventId);
+      if (!row || row.expires_at <= this.#now()) return 'absent';
+      return row.done === 1 ? 'done' : 'in_progress';
+    });
   }
 
   /** Deletes expired rows in small batches (so other writers are never blocked for long). */
@@ -178,10 +180,6 @@ export class SqliteDedupeStore implements DedupeStore {
       return;
     }
     for (let i = 0; i < ops.length; i++) (ops[i] as PendingOp).resolve(results[i]);
-  }
-
-  #assertOpen(): void {
-    if (this.#closed) throw new DedupeUnavailableError('SQLite dedupe store is closed');
   }
 }
 

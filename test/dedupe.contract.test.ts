@@ -1,0 +1,569 @@
+/**
+ * One contract for every dedupe store ("a lease, not a flag"), run against the memory and the
+ * SQLite store with an injected clock; then what only SQLite promises (group commit, shared file
+ * across processes, purge, closing).
+ */
+import { type ChildProcessWithoutNullStreams, spawn } from 'node:child_process';
+import { mkdtempSync, rmSync, statSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { createInterface } from 'node:readline';
+import { fileURLToPath } from 'node:url';
+import Database from 'better-sqlite3';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { MemoryDedupeStore } from '../src/dedupe/memory.js';
+import { SqliteDedupeStore } from '../src/dedupe/sqlite.js';
+import type { ClaimResult, DedupeStore } from '../src/dedupe/types.js';
+import { DedupeUnavailableError } from '../src/errors.js';
+
+const LEASE = 1_000;
+const RETENTION = 5_000;
+const T0 = 1_700_000_000_000;
+
+interface Harness {
+  readonly store: DedupeStore;
+  cleanup(): Promise<void> | void;
+}
+
+/** A store built on the given clock; `cleanup` closes it and removes what it left on disk. */
+type StoreFactory = (now: () => number) => Harness;
+
+function token(result: ClaimResult): string {
+  expect(result.status).toBe('claimed');
+  if (result.status !== 'claimed') throw new Error('not claimed');
+  expect(result.token).toBeTypeOf('string');
+  expect(result.token.length).toBeGreaterThan(0);
+  return result.token;
+}
+
+function dedupeContract(name: string, factory: StoreFactory): void {
+  describe(`DedupeStore contract: ${name}`, () => {
+    let t: number;
+    let harness: Harness;
+    let store: DedupeStore;
+    const advance = (ms: number) => {
+      t += ms;
+    };
+
+    beforeEach(() => {
+      t = T0;
+      harness = factory(() => t);
+      store = harness.store;
+    });
+    afterEach(async () => {
+      await harness.cleanup();
+    });
+
+    it('claim → claimed with a token; the event is then in progress', async () => {
+      expect(await store.peek('evt-1')).toBe('absent');
+      token(await store.claim('evt-1', LEASE));
+      expect(await store.peek('evt-1')).toBe('in_progress');
+    });
+
+    it('a second claim while the lease is held → in_progress with the remaining lease as retryAfterMs', async () => {
+      token(await store.claim('evt-1', LEASE));
+      expect(await store.claim('evt-1', LEASE)).toEqual({ status: 'in_progress', retryAfterMs: LEASE });
+      advance(300);
+      expect(await store.claim('evt-1', LEASE)).toEqual({ status: 'in_progress', retryAfterMs: 700 });
+      advance(699);
+      expect(await store.claim('evt-1', LEASE)).toEqual({ status: 'in_progress', retryAfterMs: 1 });
+      // A claim that failed does not take or prolong the lease.
+      advance(1);
+      token(await store.claim('evt-1', LEASE));
+    });
+
+    it('complete → later claims are duplicates (also after the lease would have ended)', async () => {
+      const tk = token(await store.claim('evt-1', LEASE));
+      expect(await store.complete('evt-1', tk, RETENTION)).toBe(true);
+      expect(await store.claim('evt-1', LEASE)).toEqual({ status: 'duplicate' });
+      expect(await store.peek('evt-1')).toBe('done');
+      advance(LEASE * 3);
+      expect(await store.claim('evt-1', LEASE)).toEqual({ status: 'duplicate' });
+      expect(await store.peek('evt-1')).toBe('done');
+    });
+
+    it('a completed event cannot be completed, extended or released again', async () => {
+      const tk = token(await store.claim('evt-1', LEASE));
+      expect(await store.complete('evt-1', tk, RETENTION)).toBe(true);
+      expect(await store.complete('evt-1', tk, RETENTION)).toBe(false);
+      expect(await store.extend('evt-1', tk, LEASE)).toBe(false);
+      await store.release('evt-1', tk);
+      expect(await store.claim('evt-1', LEASE)).toEqual({ status: 'duplicate' });
+    });
+
+    it('release → the next claim gets the event again, with a new token', async () => {
+      const first = token(await store.claim('evt-1', LEASE));
+      await store.release('evt-1', first);
+      expect(await store.peek('evt-1')).toBe('absent');
+      const second = token(await store.claim('evt-1', LEASE));
+      expect(second).not.toBe(first);
+      // The released token is dead, even though the same event is leased again.
+      expect(await store.complete('evt-1', first, RETENTION)).toBe(false);
+      expect(await store.complete('evt-1', second, RETENTION)).toBe(true);
+    });
+
+    it('a wrong token changes nothing', async () => {
+      const tk = token(await store.claim('evt-1', LEASE));
+      expect(await store.complete('evt-1', `${tk}x`, RETENTION)).toBe(false);
+      expect(await store.extend('evt-1', 'not-a-token', LEASE)).toBe(false);
+      await store.release('evt-1', 'not-a-token');
+      expect(await store.peek('evt-1')).toBe('in_progress');
+      expect(await store.claim('evt-1', LEASE)).toEqual({ status: 'in_progress', retryAfterMs: LEASE });
+      // Tokens are per event.
+      const other = token(await store.claim('evt-2', LEASE));
+      expect(await store.complete('evt-1', other, RETENTION)).toBe(false);
+      expect(await store.complete('evt-2', tk, RETENTION)).toBe(false);
+      expect(await store.complete('evt-1', tk, RETENTION)).toBe(true);
+    });
+
+    it('operations on an unknown event are no-ops', async () => {
+      expect(await store.complete('nope', 'token', RETENTION)).toBe(false);
+      expect(await store.extend('nope', 'token', LEASE)).toBe(false);
+      await store.release('nope', 'token');
+      expect(await store.peek('nope')).toBe('absent');
+    });
+
+    it('lease expiry → another claimer takes over; the old token can no longer complete, extend or release', async () => {
+      const a = token(await store.claim('evt-1', LEASE));
+      advance(LEASE - 1);
+      expect(await store.claim('evt-1', LEASE)).toEqual({ status: 'in_progress', retryAfterMs: 1 });
+      advance(1); // the lease ends exactly now
+      const b = token(await store.claim('evt-1', LEASE));
+      expect(b).not.toBe(a);
+
+      expect(await store.complete('evt-1', a, RETENTION)).toBe(false);
+      expect(await store.extend('evt-1', a, LEASE)).toBe(false);
+      await store.release('evt-1', a);
+      // None of that touched B's lease.
+      expect(await store.peek('evt-1')).toBe('in_progress');
+      expect(await store.claim('evt-1', LEASE)).toEqual({ status: 'in_progress', retryAfterMs: LEASE });
+      expect(await store.complete('evt-1', b, RETENTION)).toBe(true);
+      expect(await store.claim('evt-1', LEASE)).toEqual({ status: 'duplicate' });
+      // ...and A still cannot, after B completed.
+      expect(await store.complete('evt-1', a, RETENTION)).toBe(false);
+    });
+
+    it('an expired lease that nobody took over still belongs to its token', async () => {
+      const a = token(await store.claim('evt-1', LEASE));
+      advance(LEASE + 10);
+      expect(await store.peek('evt-1')).toBe('absent');
+      expect(await store.complete('evt-1', a, RETENTION)).toBe(true);
+      expect(await store.claim('evt-1', LEASE)).toEqual({ status: 'duplicate' });
+    });
+
+    it('the documented crash window: handler done, no complete → the event is claimable after the lease', async () => {
+      token(await store.claim('evt-1', LEASE)); // the worker ran the handler, then crashed
+      expect((await store.claim('evt-1', LEASE)).status).toBe('in_progress');
+      advance(LEASE);
+      token(await store.claim('evt-1', LEASE)); // the handler may run again: bounded by the lease
+    });
+
+    it('extend keeps the lease', async () => {
+      const tk = token(await store.claim('evt-1', LEASE));
+      advance(900);
+      expect(await store.extend('evt-1', tk, LEASE)).toBe(true); // now ends at +1900
+      advance(600);
+      expect(await store.claim('evt-1', LEASE)).toEqual({ status: 'in_progress', retryAfterMs: 400 });
+      advance(300);
+      expect(await store.extend('evt-1', tk, LEASE)).toBe(true); // now ends at +2800
+      advance(899);
+      expect((await store.claim('evt-1', LEASE)).status).toBe('in_progress');
+      expect(await store.complete('evt-1', tk, RETENTION)).toBe(true);
+      expect(await store.claim('evt-1', LEASE)).toEqual({ status: 'duplicate' });
+    });
+
+    it('extend can shorten the lease too (it sets, it does not add)', async () => {
+      const tk = token(await store.claim('evt-1', 10_000));
+      expect(await store.extend('evt-1', tk, 100)).toBe(true);
+      expect(await store.claim('evt-1', LEASE)).toEqual({ status: 'in_progress', retryAfterMs: 100 });
+    });
+
+    it('retention expiry → the event is claimable again', async () => {
+      const tk = token(await store.claim('evt-1', LEASE));
+      advance(100);
+      expect(await store.complete('evt-1', tk, RETENTION)).toBe(true); // done until T0 + 100 + RETENTION
+      advance(RETENTION - 1);
+      expect(await store.claim('evt-1', LEASE)).toEqual({ status: 'duplicate' });
+      expect(await store.peek('evt-1')).toBe('done');
+      advance(1);
+      expect(await store.peek('evt-1')).toBe('absent');
+      const again = token(await store.claim('evt-1', LEASE));
+      expect(again).not.toBe(tk);
+      expect(await store.complete('evt-1', tk, RETENTION)).toBe(false);
+      expect(await store.peek('evt-1')).toBe('in_progress');
+    });
+
+    it('peek walks absent → in_progress → done → absent and changes nothing', async () => {
+      expect(await store.peek('evt-1')).toBe('absent');
+      expect(await store.peek('evt-1')).toBe('absent');
+      const tk = token(await store.claim('evt-1', LEASE));
+      expect(await store.peek('evt-1')).toBe('in_progress');
+      expect(await store.claim('evt-1', LEASE)).toEqual({ status: 'in_progress', retryAfterMs: LEASE });
+      await store.complete('evt-1', tk, RETENTION);
+      expect(await store.peek('evt-1')).toBe('done');
+      advance(RETENTION);
+      expect(await store.peek('evt-1')).toBe('absent');
+      // Expired lease: absent too.
+      token(await store.claim('evt-2', LEASE));
+      advance(LEASE);
+      expect(await store.peek('evt-2')).toBe('absent');
+    });
+
+    it('ids are independent and compared exactly', async () => {
+      const ids = [
+        'evt-1',
+        'EVT-1',
+        'evt-1 ',
+        'événement-☃-😀',
+        'x'.repeat(2000),
+        "evt'; DROP TABLE dedupe;--",
+      ];
+      const tokens = await Promise.all(ids.map(async (id) => token(await store.claim(id, LEASE))));
+      expect(new Set(tokens).size).toBe(ids.length);
+      for (const id of ids) expect(await store.peek(id)).toBe('in_progress');
+      expect(await store.complete(ids[3] as string, tokens[3] as string, RETENTION)).toBe(true);
+      expect(await store.peek(ids[3] as string)).toBe('done');
+      expect(await store.peek(ids[0] as string)).toBe('in_progress');
+    });
+
+    it('50 concurrent claims of one id in one tick → exactly one claimed, the rest in_progress', async () => {
+      const results = await Promise.all(Array.from({ length: 50 }, () => store.claim('evt-hot', LEASE)));
+      const claimed = results.filter((r) => r.status === 'claimed');
+      expect(claimed).toHaveLength(1);
+      expect(results.filter((r) => r.status === 'in_progress')).toHaveLength(49);
+      for (const r of results) if (r.status === 'in_progress') expect(r.retryAfterMs).toBe(LEASE);
+      expect(results[0]?.status).toBe('claimed'); // operations take effect in call order
+    });
+
+    it('concurrent claims of many ids in one tick → one claim per id', async () => {
+      const ids = Array.from({ length: 20 }, (_, i) => `evt-${i}`);
+      const calls = ids.flatMap((id) => Array.from({ length: 5 }, () => id));
+      const results = await Promise.all(calls.map((id) => store.claim(id, LEASE)));
+      const claimedIds = calls.filter((_, i) => results[i]?.status === 'claimed');
+      expect(claimedIds.sort()).toEqual([...ids].sort());
+    });
+
+    it('operations queued in one tick take effect in call order', async () => {
+      const tk = token(await store.claim('evt-1', LEASE));
+      const [completed, afterComplete] = await Promise.all([
+        store.complete('evt-1', tk, RETENTION),
+        store.claim('evt-1', LEASE),
+      ]);
+      expect(completed).toBe(true);
+      expect(afterComplete).toEqual({ status: 'duplicate' });
+
+      const tk2 = token(await store.claim('evt-2', LEASE));
+      const [, reclaimed, lateComplete] = await Promise.all([
+        store.release('evt-2', tk2),
+        store.claim('evt-2', LEASE),
+        store.complete('evt-2', tk2, RETENTION),
+      ]);
+      expect(reclaimed.status).toBe('claimed');
+      expect(lateComplete).toBe(false);
+    });
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
+
+const tempDirs: string[] = [];
+function tempDir(): string {
+  const dir = mkdtempSync(join(tmpdir(), 'phe-dedupe-'));
+  tempDirs.push(dir);
+  return dir;
+}
+afterEach(() => {
+  for (const dir of tempDirs.splice(0)) rmSync(dir, { recursive: true, force: true });
+});
+
+dedupeContract('MemoryDedupeStore', (now) => {
+  const store = new MemoryDedupeStore({ now });
+  return { store, cleanup: () => store.close() };
+});
+
+dedupeContract('SqliteDedupeStore', (now) => {
+  const store = new SqliteDedupeStore({ path: join(tempDir(), 'dedupe.db'), now });
+  return { store, cleanup: () => store.close() };
+});
+
+// ---------------------------------------------------------------------------------------------
+
+describe('SqliteDedupeStore only', () => {
+  let dir: string;
+  let path: string;
+  let t: number;
+  const open = (extra: { busyTimeoutMs?: number } = {}) =>
+    new SqliteDedupeStore({ path, now: () => t, ...extra });
+  const opened: SqliteDedupeStore[] = [];
+  const openTracked = (extra: { busyTimeoutMs?: number } = {}) => {
+    const s = open(extra);
+    opened.push(s);
+    return s;
+  };
+
+  beforeEach(() => {
+    dir = tempDir();
+    path = join(dir, 'nested', 'dedupe.db'); // the folder is created on open
+    t = T0;
+  });
+  afterEach(async () => {
+    for (const s of opened.splice(0)) await s.close();
+  });
+
+  /** WAL frames written since `before` (each commit appends at least one frame). */
+  const walFrames = (db: Database.Database, before: number) => {
+    const pageSize = db.pragma('page_size', { simple: true }) as number;
+    return (statSync(`${path}-wal`).size - before) / (24 + pageSize);
+  };
+
+  it('group-commits the operations queued in one tick: one transaction, not one per claim', async () => {
+    const store = openTracked();
+    token(await store.claim('warm-up', LEASE));
+    const reader = new Database(path, { readonly: true });
+    try {
+      const before = statSync(`${path}-wal`).size;
+      const results = await Promise.all(Array.from({ length: 50 }, () => store.claim('evt-hot', LEASE)));
+      expect(results.filter((r) => r.status === 'claimed')).toHaveLength(1);
+      const batched = walFrames(reader, before);
+
+      // The same amount of work awaited one by one: one commit each.
+      const before2 = statSync(`${path}-wal`).size;
+      for (let i = 0; i < 50; i++) await store.claim(`evt-seq-${i}`, LEASE);
+      const sequential = walFrames(reader, before2);
+
+      expect(batched).toBeGreaterThan(0);
+      expect(batched).toBeLessThanOrEqual(4);
+      expect(sequential).toBeGreaterThanOrEqual(50);
+    } finally {
+      reader.close();
+    }
+  });
+
+  it('close then claim (or any other operation) rejects with DedupeUnavailableError', async () => {
+    const store = open();
+    const tk = token(await store.claim('evt-1', LEASE));
+    await store.close();
+    await expect(store.claim('evt-2', LEASE)).rejects.toBeInstanceOf(DedupeUnavailableError);
+    await expect(store.claim('evt-2', LEASE)).rejects.toMatchObject({ code: 'DEDUPE_UNAVAILABLE' });
+    await expect(store.complete('evt-1', tk, RETENTION)).rejects.toBeInstanceOf(DedupeUnavailableError);
+    await expect(store.extend('evt-1', tk, LEASE)).rejects.toBeInstanceOf(DedupeUnavailableError);
+    await expect(store.release('evt-1', tk)).rejects.toBeInstanceOf(DedupeUnavailableError);
+    await expect(store.peek('evt-1')).rejects.toBeInstanceOf(DedupeUnavailableError);
+    await store.close(); // idempotent
+    expect(store.purgeExpired()).toBe(0);
+  });
+
+  it('operations queued before close are still written', async () => {
+    const store = open();
+    const pending = [store.claim('evt-1', LEASE), store.claim('evt-2', LEASE)];
+    await store.close();
+    const results = await Promise.all(pending);
+    expect(results.map((r) => r.status)).toEqual(['claimed', 'claimed']);
+    const again = openTracked();
+    expect(await again.peek('evt-1')).toBe('in_progress');
+    expect(await again.peek('evt-2')).toBe('in_progress');
+  });
+
+  it('state survives a reopen of the file', async () => {
+    const first = open();
+    const tk = token(await first.claim('done-1', LEASE));
+    await first.complete('done-1', tk, RETENTION);
+    const leased = token(await first.claim('leased-1', LEASE));
+    await first.close();
+
+    const second = openTracked();
+    expect(await second.claim('done-1', LEASE)).toEqual({ status: 'duplicate' });
+    expect(await second.claim('leased-1', LEASE)).toEqual({ status: 'in_progress', retryAfterMs: LEASE });
+    // The token is data in the file: a restarted worker holding it could still complete.
+    expect(await second.complete('leased-1', leased, RETENTION)).toBe(true);
+  });
+
+  it('two stores on one file in one process: one claim wins, tokens are distinct', async () => {
+    const a = openTracked();
+    const b = openTracked();
+    const results = await Promise.all(
+      Array.from({ length: 40 }, (_, i) => (i % 2 === 0 ? a : b).claim('evt-shared', LEASE)),
+    );
+    expect(results.filter((r) => r.status === 'claimed')).toHaveLength(1);
+    const ta = token(await a.claim('evt-a', LEASE));
+    const tb = token(await b.claim('evt-b', LEASE));
+    expect(ta).not.toBe(tb);
+    expect(await b.complete('evt-a', ta, RETENTION)).toBe(true); // the token is what counts, not the connection
+    expect(await a.claim('evt-a', LEASE)).toEqual({ status: 'duplicate' });
+  });
+
+  it('purgeExpired() removes expired rows (expired leases and ended retention), nothing else', async () => {
+    const store = openTracked();
+    const count = () => {
+      const db = new Database(path, { readonly: true });
+      try {
+        return (db.prepare('SELECT count(*) AS n FROM dedupe').get() as { n: number }).n;
+      } finally {
+        db.close();
+      }
+    };
+    const tokens = await Promise.all(
+      Array.from({ length: 30 }, async (_, i) => token(await store.claim(`evt-${i}`, LEASE))),
+    );
+    // 0..9 done (retention), 10..19 abandoned leases, 20..29 leases extended.
+    await Promise.all(tokens.slice(0, 10).map((tk, i) => store.complete(`evt-${i}`, tk, RETENTION)));
+    await Promise.all(tokens.slice(20).map((tk, i) => store.extend(`evt-${i + 20}`, tk, 10 * RETENTION)));
+    expect(count()).toBe(30);
+    expect(store.purgeExpired()).toBe(0);
+
+    t += LEASE;
+    expect(store.purgeExpired()).toBe(10); // the abandoned leases
+    expect(count()).toBe(20);
+    expect(await store.peek('evt-15')).toBe('absent');
+    expect(await store.peek('evt-5')).toBe('done');
+
+    t += RETENTION;
+    expect(store.purgeExpired()).toBe(10); // the ended retention
+    expect(count()).toBe(10);
+    expect(store.purgeExpired()).toBe(0);
+    expect(await store.peek('evt-25')).toBe('in_progress');
+    token(await store.claim('evt-5', LEASE));
+    // A purged lease's token is gone with its row.
+    expect(await store.complete('evt-15', tokens[15] as string, RETENTION)).toBe(false);
+  });
+
+  it('purges more rows than one purge batch', async () => {
+    const store = openTracked();
+    const n = 12_000;
+    await Promise.all(Array.from({ length: n }, (_, i) => store.claim(`evt-${i}`, LEASE)));
+    t += LEASE;
+    expect(store.purgeExpired()).toBe(n);
+  });
+
+  it('a locked database fails the whole batch with DedupeUnavailableError, and the store recovers', async () => {
+    const store = openTracked({ busyTimeoutMs: 0 });
+    token(await store.claim('warm-up', LEASE));
+    const locker = new Database(path);
+    try {
+      locker.exec('BEGIN IMMEDIATE');
+      const results = await Promise.allSettled([store.claim('evt-1', LEASE), store.claim('evt-2', LEASE)]);
+      for (const r of results) {
+        expect(r.status).toBe('rejected');
+        if (r.status === 'rejected') expect(r.reason).toBeInstanceOf(DedupeUnavailableError);
+      }
+      locker.exec('ROLLBACK');
+      token(await store.claim('evt-1', LEASE));
+    } finally {
+      locker.close();
+    }
+  });
+
+  it('an unusable path is DedupeUnavailableError at construction', () => {
+    const notADb = tempDir(); // a directory, not a file
+    expect(() => new SqliteDedupeStore({ path: notADb })).toThrow(DedupeUnavailableError);
+  });
+
+  describe('two processes sharing one database file', () => {
+    const here = fileURLToPath(new URL('.', import.meta.url));
+    const claimer = join(here, 'support', 'sqlite-claimer.ts');
+    const repo = join(here, '..');
+
+    interface ClaimReport {
+      claimed: string[];
+      duplicate: string[];
+      inProgress: string[];
+      errors: string[];
+    }
+
+    function startClaimer(args: string[]) {
+      const child: ChildProcessWithoutNullStreams = spawn(
+        process.execPath,
+        ['--import', 'tsx', claimer, ...args],
+        { cwd: repo, stdio: ['pipe', 'pipe', 'pipe'] },
+      );
+      let stderr = '';
+      child.stderr.on('data', (d: Buffer) => {
+        stderr += d.toString();
+      });
+      const lines = createInterface({ input: child.stdout });
+      const queue: string[] = [];
+      const waiters: Array<(line: string) => void> = [];
+      lines.on('line', (line) => {
+        const w = waiters.shift();
+        if (w) w(line);
+        else queue.push(line);
+      });
+      const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
+      const nextLine = () =>
+        new Promise<string>((resolve, reject) => {
+          const queued = queue.shift();
+          if (queued !== undefined) return resolve(queued);
+          waiters.push(resolve);
+          void exited.then((code) => reject(new Error(`claimer exited (${code}) early:\n${stderr}`)));
+        });
+      return { child, nextLine, exited, stderr: () => stderr };
+    }
+
+    const children: ChildProcessWithoutNullStreams[] = [];
+    afterEach(() => {
+      for (const c of children.splice(0)) if (c.exitCode === null) c.kill();
+    });
+
+    async function report(c: ReturnType<typeof startClaimer>): Promise<ClaimReport> {
+      const report = JSON.parse(await c.nextLine()) as ClaimReport;
+      c.child.stdin.end();
+      expect(await c.exited, c.stderr()).toBe(0);
+      expect(report.errors, c.stderr()).toEqual([]);
+      return report;
+    }
+
+    function expectEachClaimedOnce(n: number, ra: ClaimReport, rb: ClaimReport): void {
+      const all = [...ra.claimed, ...rb.claimed];
+      expect(all).toHaveLength(n);
+      expect(new Set(all).size).toBe(n);
+      // Whatever one process did not claim, the other did; it saw it as duplicate or in progress.
+      for (const r of [ra, rb]) expect(r.claimed.length + r.duplicate.length + r.inProgress.length).toBe(n);
+      const claimedByA = new Set(ra.claimed);
+      expect(rb.claimed.filter((id) => claimedByA.has(id))).toEqual([]);
+    }
+
+    it('500 ids in opposite orders, in lockstep: each claimed exactly once, the two meet in the middle', async () => {
+      const n = 500;
+      await open().close(); // the file exists before the children open it
+      // Chunks of 12: after 20 rounds A has 0..239 and B 499..260; round 21 both go for 248..251.
+      const a = startClaimer([path, String(n), 'forward', '12', 'lockstep']);
+      const b = startClaimer([path, String(n), 'reverse', '12', 'lockstep']);
+      children.push(a.child, b.child);
+      expect(await a.nextLine()).toBe('ready');
+      expect(await b.nextLine()).toBe('ready');
+      const rounds = Math.ceil(n / 12);
+      for (let round = 1; round < rounds; round++) {
+        a.child.stdin.write('go\n');
+        b.child.stdin.write('go\n');
+        expect(await Promise.all([a.nextLine(), b.nextLine()])).toEqual(['step', 'step']);
+      }
+      a.child.stdin.write('go\n');
+      b.child.stdin.write('go\n');
+      const [ra, rb] = await Promise.all([report(a), report(b)]);
+      expectEachClaimedOnce(n, ra, rb);
+      // Both really worked on the file: each got its half, give or take the contested ids.
+      expect(ra.claimed.length).toBeGreaterThanOrEqual(248);
+      expect(rb.claimed.length).toBeGreaterThanOrEqual(248);
+      expect(ra.claimed).toEqual(expect.arrayContaining(['id-0', 'id-239']));
+      expect(rb.claimed).toEqual(expect.arrayContaining(['id-499', 'id-260']));
+
+      const check = openTracked();
+      t = Date.now();
+      const states = await Promise.all(Array.from({ length: n }, (_, i) => check.peek(`id-${i}`)));
+      expect(new Set(states)).toEqual(new Set(['done']));
+    });
+
+    it('500 ids free-running (forward vs shuffled) on a file both open at once: each claimed exactly once', async () => {
+      const n = 500;
+      const a = startClaimer([path, String(n), 'forward', '10']);
+      const b = startClaimer([path, String(n), 'shuffle', '7']);
+      children.push(a.child, b.child);
+      expect(await a.nextLine()).toBe('ready');
+      expect(await b.nextLine()).toBe('ready');
+      a.child.stdin.write('go\n');
+      b.child.stdin.write('go\n');
+      const [ra, rb] = await Promise.all([report(a), report(b)]);
+      expectEachClaimedOnce(n, ra, rb);
+    });
+  });
+});
