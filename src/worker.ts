@@ -1,3 +1,4 @@
+import { setMaxListeners } from 'node:events';
 import type { Logger } from 'pino';
 import type { RawMessage, SourceAdapter } from './adapter.js';
 import { type ConsumerSettings, type ConsumerSettingsInput, parseSettings } from './config.js';
@@ -66,8 +67,9 @@ export class Consumer<M extends RawMessage = RawMessage> {
   #inFlight = 0;
   #slotFreed: (() => void) | undefined;
   #idle: (() => void) | undefined;
-  #receiveAbort = new AbortController();
-  #handlerAbort = new AbortController();
+  readonly #receiveAbort = new AbortController();
+  /** Aborts every in-flight handler at the shutdown deadline; one listener per in-flight message. */
+  readonly #handlerAbort = unboundedAbortController();
   #loop: Promise<void> | undefined;
   #lastReceiveAt: number | undefined;
   #lastReceiveError: string | undefined;
@@ -349,6 +351,13 @@ export class Consumer<M extends RawMessage = RawMessage> {
 
 export function createConsumer<M extends RawMessage = RawMessage>(options: ConsumerOptions<M>): Consumer<M> {
   return new Consumer(options);
+}
+
+function unboundedAbortController(): AbortController {
+  const controller = new AbortController();
+  // One listener per in-flight message is expected, not a leak: silence Node's warning past 10.
+  setMaxListeners(0, controller.signal);
+  return controller;
 }
 
 function sleep(ms: number, signal: AbortSignal): Promise<void> {

@@ -9,17 +9,28 @@ const dist = (p: string) => fileURLToPath(new URL(`../dist/${p}`, import.meta.ur
 // Builds the package as it is published (tsup: ESM + CJS + d.ts) and uses it both ways.
 describe('the built package', () => {
   beforeAll(() => {
-    execFileSync(process.execPath, [fileURLToPath(new URL('../node_modules/tsup/dist/cli-default.js', import.meta.url))], {
-      cwd: ROOT,
-      stdio: 'pipe',
-    });
+    execFileSync(
+      process.execPath,
+      [fileURLToPath(new URL('../node_modules/tsup/dist/cli-default.js', import.meta.url))],
+      {
+        cwd: ROOT,
+        stdio: 'pipe',
+      },
+    );
   }, 120_000);
 
   it('loads through require and import, with the same API', async () => {
     const require = createRequire(import.meta.url);
     const cjs = require(dist('index.cjs'));
     const esm = await import(pathToFileURL(dist('index.js')).href);
-    for (const name of ['createConsumer', 'verifyMessage', 'sign', 'Keyring', 'sqliteDedupe', 'EVENT_TYPES']) {
+    for (const name of [
+      'createConsumer',
+      'verifyMessage',
+      'sign',
+      'Keyring',
+      'sqliteDedupe',
+      'EVENT_TYPES',
+    ]) {
       expect(typeof cjs[name]).not.toBe('undefined');
       expect(typeof esm[name]).toBe(typeof cjs[name]);
     }
@@ -31,7 +42,9 @@ describe('the built package', () => {
   it('exposes ./testing, ./memory and ./file entry points in both formats', async () => {
     const require = createRequire(import.meta.url);
     expect(typeof require(dist('testing.cjs')).createTestEnvelope).toBe('function');
-    expect(typeof (await import(pathToFileURL(dist('adapters/memory.js')).href)).MemorySource).toBe('function');
+    expect(typeof (await import(pathToFileURL(dist('adapters/memory.js')).href)).MemorySource).toBe(
+      'function',
+    );
     expect(typeof require(dist('adapters/file.cjs')).FileSource).toBe('function');
   });
 

@@ -494,6 +494,23 @@ describe('consumer: dead letters, settling, shutdown', () => {
     expect(h.reports.filter((r) => r.outcome.kind === 'ack')).toHaveLength(20);
   });
 
+  it('runs many handlers at once without listener-leak warnings', async () => {
+    const warnings: string[] = [];
+    const onWarning = (w: Error) => warnings.push(w.name);
+    process.on('warning', onWarning);
+    try {
+      h = harness({ concurrency: 50, endWhenEmpty: true });
+      h.consumer.on('*', () => new Promise((r) => setTimeout(r, 20)));
+      for (let i = 0; i < 100; i++) h.source.send(createTestEnvelope('daily.data.steps.created').raw);
+      await h.consumer.start();
+      await h.consumer.stopped;
+      await new Promise((r) => setImmediate(r));
+      expect(warnings).not.toContain('MaxListenersExceededWarning');
+    } finally {
+      process.off('warning', onWarning);
+    }
+  });
+
   it('stop() drains in-flight handlers before resolving, and acks them', async () => {
     h = harness();
     let finish!: () => void;
