@@ -46,7 +46,7 @@ export function rawDataFor(target: number): Record<string, unknown> {
   // Leave room for the firmware string that pads to the exact size.
   if (bodyBytes({ firmware: '', sample_interval_s: 15, samples: [] }) + 40 < target) {
     for (let i = 0; ; i++) {
-      samples.push({ ts: start + 15 * i, bpm: 58 + ((i * 7) % 41), conf: 0.9 + ((i * 3) % 10) / 100 });
+      samples.push({ ts: start + 15 * i, bpm: 58 + ((i * 7) % 41), conf: (90 + ((i * 3) % 10)) / 100 });
       if (bodyBytes(withSamples()) > target - 16) {
         samples.pop();
         break;
@@ -102,7 +102,11 @@ export function makeVerifyInputs(target: number, n: number): VerifyInput[] {
     out.push({
       ourRaw: env.raw,
       body,
-      stripeHeader: stripe.webhooks.generateTestHeaderString({ payload: body, secret: STRIPE_SECRET, timestamp }),
+      stripeHeader: stripe.webhooks.generateTestHeaderString({
+        payload: body,
+        secret: STRIPE_SECRET,
+        timestamp,
+      }),
       svixHeaders: {
         'svix-id': msgId,
         'svix-timestamp': String(timestamp),

@@ -4,7 +4,9 @@ export function median(values: readonly number[]): number {
   if (values.length === 0) return Number.NaN;
   const sorted = [...values].sort((a, b) => a - b);
   const mid = sorted.length >> 1;
-  return sorted.length % 2 === 1 ? (sorted[mid] as number) : ((sorted[mid - 1] as number) + (sorted[mid] as number)) / 2;
+  return sorted.length % 2 === 1
+    ? (sorted[mid] as number)
+    : ((sorted[mid - 1] as number) + (sorted[mid] as number)) / 2;
 }
 
 /** Rounds to `digits` significant digits (for the JSON line: readable, still exact enough). */
@@ -28,7 +30,11 @@ export function fmtMiB(bytes: number): string {
 /** A plain table: first row is the header; numbers-looking cells are right-aligned. */
 export function table(rows: readonly (readonly string[])[]): string {
   const widths: number[] = [];
-  for (const row of rows) row.forEach((cell, i) => (widths[i] = Math.max(widths[i] ?? 0, cell.length)));
+  for (const row of rows) {
+    row.forEach((cell, i) => {
+      widths[i] = Math.max(widths[i] ?? 0, cell.length);
+    });
+  }
   const numeric = /^[-+]?[\d,.]+( ?[×x%])?$|^[\d.]+×$/;
   const line = (row: readonly string[]) =>
     row

@@ -10,6 +10,7 @@ import {
 } from './errors.js';
 import { isKnownEventType, type UnknownEvent } from './events/schemas.js';
 import { validateEvent } from './events/validate.js';
+import { type AbortCode, HandlerRun, LeaseKeeper } from './handler-run.js';
 import { backoffDelay, decide, type Outcome, type RetryPolicy } from './outcome.js';
 import type { Handler, HandlerContext, Router } from './router.js';
 import type { Keyring } from './secrets.js';
@@ -39,10 +40,10 @@ export interface PipelineDeps {
 /** The outcome of one message with what was learned about it on the way. */
 export interface ProcessResult {
   readonly outcome: Outcome;
-  /** Known once the signature verified (ids from the signed body). */
-  readonly eventId?: string;
-  readonly eventType?: string;
-  readonly keyId?: string;
+  /** Known once the signature verified (ids from the signed body); undefined before. */
+  readonly eventId: string | undefined;
+  readonly eventType: string | undefined;
+  readonly keyId: string | undefined;
   readonly attempt: number;
   readonly durationMs: number;
 }
@@ -58,26 +59,31 @@ export class Pipeline {
   readonly #settings: PipelineSettings;
   readonly #deps: PipelineDeps;
   readonly #now: () => number;
+  readonly #keeper: LeaseKeeper;
+  #aborted = false;
 
   constructor(settings: PipelineSettings, deps: PipelineDeps) {
     this.#settings = settings;
     this.#deps = deps;
     this.#now = deps.now ?? Date.now;
+    this.#keeper = new LeaseKeeper({
+      leaseMs: settings.leaseMs,
+      handlerTimeoutMs: settings.handlerTimeoutMs,
+      extend: (run) => deps.dedupe.extend(run.eventId, run.token, settings.leaseMs),
+    });
   }
 
   async process(message: RawMessage, signal?: AbortSignal): Promise<ProcessResult> {
     const started = performance.now();
     const s = this.#settings;
-    const finish = (outcome: Outcome, verified?: VerifiedMessage): ProcessResult => {
-      const result: ProcessResult = {
-        outcome,
-        attempt: message.attempt,
-        durationMs: performance.now() - started,
-      };
-      return verified
-        ? { ...result, eventId: verified.eventId, eventType: verified.eventType, keyId: verified.keyId }
-        : result;
-    };
+    const finish = (outcome: Outcome, verified?: VerifiedMessage): ProcessResult => ({
+      outcome,
+      eventId: verified?.eventId,
+      eventType: verified?.eventType,
+      keyId: verified?.keyId,
+      attempt: message.attempt,
+      durationMs: performance.now() - started,
+    });
     const fail = (f: Fail, verified?: VerifiedMessage) =>
       finish(decide(f.code, f.reason, message.attempt, s.retry, f.delayMs), verified);
 
@@ -187,67 +193,38 @@ export class Pipeline {
     external: AbortSignal | undefined,
   ): Promise<Fail | undefined> {
     const s = this.#settings;
-    const controller = new AbortController();
-    let abortCode: ErrorCode | undefined;
-    const abort = (code: ErrorCode) => {
-      if (abortCode) return;
-      abortCode = code;
-      controller.abort(new Error(code));
-    };
-    const onExternal = () => abort('SHUTDOWN');
-    if (external?.aborted) return { code: 'SHUTDOWN', reason: 'consumer is stopping', delayMs: 0 };
+    if (this.#aborted || external?.aborted) return abortFailure(abortCodeOf(external?.reason), s);
+    const run = new HandlerRun(verified.eventId, token, {
+      now: Date.now(),
+      timeoutMs: s.handlerTimeoutMs,
+      leaseMs: s.leaseMs,
+    });
+    const onExternal = () => run.abort(abortCodeOf(external?.reason));
     external?.addEventListener('abort', onExternal, { once: true });
-
-    const timeout = setTimeout(() => abort('HANDLER_TIMEOUT'), s.handlerTimeoutMs);
-    const heartbeat = setInterval(
-      () => {
-        this.#deps.dedupe.extend(verified.eventId, token, s.leaseMs).then(
-          (held) => {
-            if (!held) abort('LEASE_LOST');
-          },
-          () => abort('LEASE_LOST'),
-        );
-      },
-      Math.max(100, Math.floor(s.leaseMs / 3)),
-    );
-    const aborted = new Promise<void>((resolve) =>
-      controller.signal.addEventListener('abort', () => resolve()),
-    );
-
-    const context = this.#context(verified, message, controller.signal);
+    this.#keeper.start(run);
+    const context = this.#context(verified, message, run);
     try {
       for (const handler of handlers) {
-        const run = Promise.resolve().then(() => handler(event as never, context));
-        await Promise.race([run, aborted]);
-        if (abortCode) {
-          run.catch(() => undefined); // the handler may still settle later; nobody is listening
-          break;
-        }
+        const result = handler(event as never, context);
+        if (isPromiseLike(result)) await run.wait(result);
+        if (run.abortCode) return abortFailure(run.abortCode, s);
       }
+      return undefined;
     } catch (error) {
-      if (!abortCode) return handlerFailure(error);
+      return run.abortCode ? abortFailure(run.abortCode, s) : handlerFailure(error);
     } finally {
-      clearTimeout(timeout);
-      clearInterval(heartbeat);
+      this.#keeper.finish(run);
       external?.removeEventListener('abort', onExternal);
     }
-    if (abortCode === 'SHUTDOWN')
-      return { code: 'SHUTDOWN', reason: 'consumer stopped before the handler finished', delayMs: 0 };
-    if (abortCode === 'HANDLER_TIMEOUT') {
-      return {
-        code: abortCode,
-        reason: `handler ran longer than ${s.handlerTimeoutMs}ms`,
-        delayMs: s.leaseMs,
-      };
-    }
-    if (abortCode === 'LEASE_LOST') {
-      return { code: abortCode, reason: 'dedupe lease could not be extended', delayMs: s.leaseMs };
-    }
-    if (abortCode) return { code: abortCode, reason: 'handler aborted' };
-    return undefined;
   }
 
-  #context(verified: VerifiedMessage, message: RawMessage, signal: AbortSignal): HandlerContext {
+  /** Aborts every running handler (the consumer's shutdown deadline passed). */
+  abortAll(): void {
+    this.#aborted = true;
+    this.#keeper.abortAll('SHUTDOWN');
+  }
+
+  #context(verified: VerifiedMessage, message: RawMessage, run: HandlerRun): HandlerContext {
     const parent = this.#deps.logger;
     let logger: Logger | undefined;
     return {
@@ -259,7 +236,9 @@ export class Pipeline {
       messageId: message.id,
       enqueuedAt: message.enqueuedAt,
       rawBody: verified.envelope.body,
-      signal,
+      get signal() {
+        return run.signal;
+      },
       // Created on first use: most handlers never log, and a child logger is not free.
       get logger() {
         logger ??= parent.child({
@@ -282,6 +261,27 @@ export class Pipeline {
         'could not release dedupe claim',
       );
     }
+  }
+}
+
+function isPromiseLike(value: unknown): value is PromiseLike<unknown> {
+  return typeof (value as PromiseLike<unknown> | null)?.then === 'function';
+}
+
+/** The abort code an external signal carries (`abort('LEASE_LOST')`), SHUTDOWN otherwise. */
+function abortCodeOf(reason: unknown): AbortCode {
+  return reason === 'LEASE_LOST' || reason === 'HANDLER_TIMEOUT' ? reason : 'SHUTDOWN';
+}
+
+function abortFailure(code: AbortCode, s: PipelineSettings): Fail {
+  switch (code) {
+    case 'SHUTDOWN':
+      return { code, reason: 'consumer stopped before the handler finished', delayMs: 0 };
+    case 'HANDLER_TIMEOUT':
+      // The handler may still be running: retry only once its lease has lapsed.
+      return { code, reason: `handler ran longer than ${s.handlerTimeoutMs}ms`, delayMs: s.leaseMs };
+    case 'LEASE_LOST':
+      return { code, reason: 'lease on the event or message could not be kept', delayMs: s.leaseMs };
   }
 }
 

@@ -1,4 +1,3 @@
-import { setMaxListeners } from 'node:events';
 import type { Logger } from 'pino';
 import type { RawMessage, SourceAdapter } from './adapter.js';
 import { type ConsumerSettings, type ConsumerSettingsInput, parseSettings } from './config.js';
@@ -68,8 +67,6 @@ export class Consumer<M extends RawMessage = RawMessage> {
   #slotFreed: (() => void) | undefined;
   #idle: (() => void) | undefined;
   readonly #receiveAbort = new AbortController();
-  /** Aborts every in-flight handler at the shutdown deadline; one listener per in-flight message. */
-  readonly #handlerAbort = unboundedAbortController();
   #loop: Promise<void> | undefined;
   #lastReceiveAt: number | undefined;
   #lastReceiveError: string | undefined;
@@ -130,7 +127,7 @@ export class Consumer<M extends RawMessage = RawMessage> {
    * Never throws; if the dead-letter write fails the outcome becomes a retry.
    */
   async process(message: M, signal?: AbortSignal): Promise<ProcessResult> {
-    const result = await this.#pipeline.process(message, signal ?? this.#handlerAbort.signal);
+    const result = await this.#pipeline.process(message, signal);
     if (result.outcome.kind !== 'dead') return result;
     try {
       await this.#deadLetter.write(
@@ -254,34 +251,32 @@ export class Consumer<M extends RawMessage = RawMessage> {
   }
 
   async #handle(source: SourceAdapter<M>, message: M): Promise<void> {
-    const abort = new AbortController();
-    const onStop = () => abort.abort();
-    this.#handlerAbort.signal.addEventListener('abort', onStop, { once: true });
-    let heartbeat: NodeJS.Timeout | undefined;
+    let result: ProcessResult;
+    let visibilityLost = false;
     if (source.heartbeat && source.heartbeatIntervalMs) {
-      const beat = source.heartbeat.bind(source);
-      heartbeat = setInterval(() => {
-        beat(message).catch((error: unknown) => {
+      // Keep the message invisible while its handlers run; if that fails, abort them.
+      const lost = new AbortController();
+      const beat = setInterval(() => {
+        source.heartbeat?.(message).catch((error: unknown) => {
           this.logger.warn(
             { message_id: message.id, err: errorMessage(error) },
             'visibility heartbeat failed: aborting handler',
           );
-          abort.abort();
+          visibilityLost = true;
+          lost.abort('LEASE_LOST');
         });
       }, source.heartbeatIntervalMs);
+      try {
+        result = await this.process(message, lost.signal);
+      } finally {
+        clearInterval(beat);
+      }
+    } else {
+      result = await this.process(message);
     }
-    let result: ProcessResult;
-    try {
-      result = await this.process(message, abort.signal);
-    } finally {
-      if (heartbeat) clearInterval(heartbeat);
-      this.#handlerAbort.signal.removeEventListener('abort', onStop);
-    }
-    // Visibility could not be extended: hand the message back at once rather than after a backoff.
     let outcome: Outcome = result.outcome;
-    if (abort.signal.aborted && !this.#handlerAbort.signal.aborted && outcome.kind === 'retry') {
-      outcome = { ...outcome, delayMs: 0 };
-    }
+    // Visibility could not be extended: hand the message back at once rather than after a backoff.
+    if (visibilityLost && outcome.kind === 'retry') outcome = { ...outcome, delayMs: 0 };
     try {
       await source.settle(message, outcome);
     } catch (error) {
@@ -296,6 +291,8 @@ export class Consumer<M extends RawMessage = RawMessage> {
   }
 
   #log(result: ProcessResult, outcome: Outcome, message: M): void {
+    const level = outcome.kind === 'ack' ? 'info' : outcome.kind === 'retry' ? 'warn' : 'error';
+    if (!this.logger.isLevelEnabled(level)) return; // build nothing for a quiet logger
     const fields = {
       event_id: result.eventId,
       event_type: result.eventType,
@@ -304,23 +301,20 @@ export class Consumer<M extends RawMessage = RawMessage> {
       attempt: result.attempt,
       latency_ms: Math.round(result.durationMs * 100) / 100,
     };
-    if (outcome.kind === 'ack') this.logger.info({ ...fields, outcome: outcome.result }, 'event acked');
-    else if (outcome.kind === 'retry')
+    if (outcome.kind === 'ack') {
+      this.logger.info({ ...fields, outcome: outcome.result }, 'event acked');
+    } else if (outcome.kind === 'retry') {
+      const { code, reason, delayMs } = outcome;
       this.logger.warn(
-        {
-          ...fields,
-          outcome: 'retry',
-          code: outcome.code,
-          reason: outcome.reason,
-          delay_ms: outcome.delayMs,
-        },
+        { ...fields, outcome: 'retry', code, reason, delay_ms: delayMs },
         'event will be retried',
       );
-    else
+    } else {
       this.logger.error(
         { ...fields, outcome: 'dead', code: outcome.code, reason: outcome.reason },
         'event dead-lettered',
       );
+    }
   }
 
   async #drain(): Promise<void> {
@@ -333,7 +327,7 @@ export class Consumer<M extends RawMessage = RawMessage> {
         { in_flight: this.#inFlight },
         'shutdown deadline reached: aborting in-flight handlers',
       );
-      this.#handlerAbort.abort();
+      this.#pipeline.abortAll();
     }, this.settings.shutdownTimeoutMs);
     await idle;
     clearTimeout(deadline);
@@ -351,13 +345,6 @@ export class Consumer<M extends RawMessage = RawMessage> {
 
 export function createConsumer<M extends RawMessage = RawMessage>(options: ConsumerOptions<M>): Consumer<M> {
   return new Consumer(options);
-}
-
-function unboundedAbortController(): AbortController {
-  const controller = new AbortController();
-  // One listener per in-flight message is expected, not a leak: silence Node's warning past 10.
-  setMaxListeners(0, controller.signal);
-  return controller;
 }
 
 function sleep(ms: number, signal: AbortSignal): Promise<void> {

@@ -1,0 +1,36 @@
+/**
+ * Runs section (b) for one body size in its own process (so memory figures and JIT/GC state of
+ * one size do not leak into the next). `bench/run.ts` forks it; it can also be run alone, e.g. to
+ * profile:
+ *
+ *   node --cpu-prof --expose-gc --import tsx bench/pipeline-child.ts --size 300B --n 20000 --only pipeline
+ */
+import { parseArgs } from 'node:util';
+import { runPipelineSize } from './pipeline.js';
+
+const { values } = parseArgs({
+  options: {
+    size: { type: 'string', default: '300 B' },
+    n: { type: 'string', default: '20000' },
+    reps: { type: 'string', default: '3' },
+    warmup: { type: 'string', default: '3000' },
+    concurrency: { type: 'string', default: '64' },
+    only: { type: 'string' },
+  },
+});
+
+const only = values.only === 'pipeline' || values.only === 'floor' ? values.only : undefined;
+const result = await runPipelineSize({
+  size: values.size,
+  n: Number(values.n),
+  reps: Number(values.reps),
+  warmupN: Number(values.warmup),
+  concurrency: Number(values.concurrency),
+  only,
+});
+
+if (process.send) {
+  process.send(result, () => process.exit(0));
+} else {
+  console.log(JSON.stringify(result));
+}

@@ -1,0 +1,273 @@
+/**
+ * `npm run bench` — the benchmark suite.
+ *
+ *   (a) verify step alone: `verifyMessage` beside Stripe's `constructEvent` and svix's `verify`
+ *       on the same body bytes (300 B, 2 KB, 64 KB);
+ *   (b) the whole in-process pipeline (MemorySource → Consumer → SQLite dedupe → no-op handler)
+ *       beside a bare-loop floor doing the same work, with memory figures.
+ *
+ * Prints a table per section, then one JSON line with every figure (the last line of output).
+ *
+ *   npm run bench                       full run (~1 minute on 2 cores)
+ *   npm run bench -- --quick            smoke test (a few seconds)
+ *   npm run bench -- --only verify      one section (verify | pipeline)
+ *   npm run bench -- --sizes 300B,2KB   some sizes
+ */
+import { fork } from 'node:child_process';
+import { availableParallelism, cpus } from 'node:os';
+import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
+import { SIZES, sizeByLabel } from './fixtures.js';
+import type { PipelineSizeResult, RunSeries } from './pipeline.js';
+import { fmtFixed, fmtInt, fmtMiB, sig, table } from './stats.js';
+import { runVerifyBench, type VerifySizeResult, type VerifyTiming } from './verify.js';
+
+const { values } = parseArgs({
+  options: {
+    quick: { type: 'boolean', default: false },
+    only: { type: 'string' },
+    sizes: { type: 'string' },
+  },
+});
+const quick = values.quick;
+const sizes = values.sizes ? values.sizes.split(',').map((s) => sizeByLabel(s.trim()).label) : undefined;
+const runVerify = values.only === undefined || values.only === 'verify';
+const runPipeline = values.only === undefined || values.only === 'pipeline';
+
+const VERIFY_GOAL = 1; // ours at least as fast as Stripe's
+const PIPELINE_GOAL = 0.5; // pipeline at least half the floor
+
+const verifyOptions = quick
+  ? { warmupMs: 40, rounds: 3, roundMs: 40, pool: 16 }
+  : { warmupMs: 200, rounds: 7, roundMs: 120, pool: 64 };
+
+/** Events per timed run, per size; fewer for 64 KB bodies (memory, and each costs ~100×). */
+const pipelinePlan: Record<string, { n: number; warmup: number; reps: number }> = quick
+  ? {
+      '300 B': { n: 3000, warmup: 1000, reps: 1 },
+      '2 KB': { n: 3000, warmup: 1000, reps: 1 },
+      '64 KB': { n: 300, warmup: 100, reps: 1 },
+    }
+  : {
+      '300 B': { n: 20_000, warmup: 4000, reps: 5 },
+      '2 KB': { n: 10_000, warmup: 3000, reps: 5 },
+      '64 KB': { n: 1000, warmup: 250, reps: 5 },
+    };
+const CONCURRENCY = 64;
+
+const t0 = performance.now();
+const cpu = cpus()[0]?.model ?? 'unknown cpu';
+console.log(
+  `partner-health-events bench${quick ? ' (--quick)' : ''} — node ${process.version}, ${availableParallelism()} cpu (${cpu}), ${process.platform}/${process.arch}`,
+);
+
+// ── (a) verify step ─────────────────────────────────────────────────────────────────────────────
+let verifyResults: VerifySizeResult[] = [];
+if (runVerify) {
+  console.log(
+    `\n(a) Verify step alone, same body bytes — median of ${verifyOptions.rounds} rounds of ~${verifyOptions.roundMs} ms, ` +
+      `${verifyOptions.pool} distinct messages cycled`,
+  );
+  console.log(
+    '    ours = verifyMessage(raw, { keyring }): parse envelope, age, HMAC (hex) + timingSafeEqual, parse body',
+  );
+  console.log(
+    '    stripe = stripe.webhooks.constructEvent(body, header, secret)   svix = new Webhook(secret).verify(body, headers)',
+  );
+  verifyResults = runVerifyBench({ ...verifyOptions, ...(sizes ? { sizes } : {}) });
+  const rows: string[][] = [['body', 'verifier', 'ops/s', 'µs/op', 'ours ÷ this', '']];
+  for (const r of verifyResults) {
+    const line = (name: string, t: VerifyTiming, ratio: number | undefined, note = '') =>
+      rows.push([
+        r.size,
+        name,
+        fmtInt(t.opsPerSec),
+        fmtFixed(t.usPerOp, 2),
+        ratio === undefined ? '' : `${fmtFixed(ratio, 2)}×`,
+        note,
+      ]);
+    line('ours', r.ours, undefined);
+    line(
+      'stripe',
+      r.stripe,
+      r.oursOverStripe,
+      r.oursOverStripe >= VERIFY_GOAL ? 'goal met (≥ 1×)' : 'BELOW GOAL (< 1×)',
+    );
+    line('svix', r.svix, r.oursOverSvix);
+  }
+  console.log(table(rows));
+  console.log('    ours ÷ this = ours ops/s ÷ that verifier ops/s (> 1 means ours is faster)');
+}
+
+// ── (b) pipeline vs floor ───────────────────────────────────────────────────────────────────────
+const pipelineResults: PipelineSizeResult[] = [];
+if (runPipeline) {
+  console.log(
+    `\n(b) Whole pipeline vs floor — events/s, median of the repetitions, fresh temp dir per run, concurrency ${CONCURRENCY}`,
+  );
+  console.log(
+    '    pipeline = MemorySource({ endWhenEmpty }) → createConsumer(sqliteDedupe, no-op handler), start() → stopped',
+  );
+  console.log(
+    '    floor    = bare loop: JSON.parse, HMAC (KeyObject) + timingSafeEqual, JSON.parse, zod parse, INSERT ×100/tx',
+  );
+  console.log(
+    "               (into a file the SQLite dedupe store created: same table, index, page size, WAL; store's pragmas)",
+  );
+  console.log(
+    '    floor+c  = floor plus the UPDATE the pipeline makes on completion (claim + complete = 2 writes/event)',
+  );
+  const childPath = fileURLToPath(new URL('./pipeline-child.ts', import.meta.url));
+  for (const size of SIZES) {
+    if (sizes && !sizes.includes(size.label)) continue;
+    const plan = pipelinePlan[size.label] as { n: number; warmup: number; reps: number };
+    const result = await new Promise<PipelineSizeResult>((resolve, reject) => {
+      const child = fork(
+        childPath,
+        [
+          '--size',
+          size.label,
+          '--n',
+          String(plan.n),
+          '--reps',
+          String(plan.reps),
+          '--warmup',
+          String(plan.warmup),
+          '--concurrency',
+          String(CONCURRENCY),
+        ],
+        { execArgv: [...process.execArgv, '--expose-gc'], stdio: ['ignore', 'inherit', 'inherit', 'ipc'] },
+      );
+      let got: PipelineSizeResult | undefined;
+      child.on('message', (m) => {
+        got = m as PipelineSizeResult;
+      });
+      child.on('error', reject);
+      child.on('exit', (code) => {
+        if (got) resolve(got);
+        else reject(new Error(`pipeline bench for ${size.label} exited with code ${code} and no result`));
+      });
+    });
+    pipelineResults.push(result);
+  }
+  const ev = (s: RunSeries | null) => (s ? fmtInt(s.eventsPerSec) : '—');
+  const us = (s: RunSeries | null) => (s ? fmtFixed(s.usPerEvent, 1) : '—');
+  const rows: string[][] = [
+    [
+      'body',
+      'N × reps',
+      'pipeline ev/s',
+      'µs/ev',
+      'floor ev/s',
+      'µs/ev',
+      'pipe ÷ floor',
+      'goal ≥ 0.5',
+      'floor+c ev/s',
+      'pipe ÷ floor+c',
+    ],
+  ];
+  for (const r of pipelineResults) {
+    rows.push([
+      r.size,
+      `${fmtInt(r.n)} × ${r.reps}`,
+      ev(r.pipeline),
+      us(r.pipeline),
+      ev(r.floor),
+      us(r.floor),
+      r.ratio === null ? '—' : fmtFixed(r.ratio, 2),
+      r.ratio === null ? '' : r.ratio >= PIPELINE_GOAL ? 'met' : 'BELOW',
+      ev(r.floorClaimComplete),
+      r.pipeline && r.floorClaimComplete
+        ? fmtFixed(r.pipeline.eventsPerSec / r.floorClaimComplete.eventsPerSec, 2)
+        : '—',
+    ]);
+  }
+  console.log(table(rows));
+  const spread = (s: RunSeries | null) =>
+    s ? `${fmtInt(Math.min(...s.runs))}–${fmtInt(Math.max(...s.runs))}` : '—';
+  const mrows: string[][] = [
+    [
+      'body',
+      'pipeline runs min–max ev/s',
+      'floor runs min–max ev/s',
+      'inputs',
+      'RSS before',
+      'peak RSS',
+      'heap before',
+      'peak heap',
+      'heap after GC',
+    ],
+  ];
+  for (const r of pipelineResults) {
+    mrows.push([
+      r.size,
+      spread(r.pipeline),
+      spread(r.floor),
+      fmtMiB(r.memory.inputBytes),
+      fmtMiB(r.memory.rssBeforeBytes),
+      fmtMiB(r.memory.peakRssBytes),
+      fmtMiB(r.memory.heapUsedBeforeBytes),
+      fmtMiB(r.memory.peakHeapUsedBytes),
+      fmtMiB(r.memory.heapUsedAfterGcBytes),
+    ]);
+  }
+  console.log(
+    `\n    Spread and memory (MiB; peaks sampled every 20 ms during the pipeline runs; one process per size; inputs are held by the source)`,
+  );
+  console.log(table(mrows));
+}
+
+const totalSeconds = (performance.now() - t0) / 1000;
+console.log(`\nTotal ${totalSeconds.toFixed(1)} s`);
+
+const timingJson = (t: VerifyTiming) => ({ opsPerSec: sig(t.opsPerSec), usPerOp: sig(t.usPerOp) });
+const seriesJson = (s: RunSeries | null) =>
+  s
+    ? { eventsPerSec: sig(s.eventsPerSec), usPerEvent: sig(s.usPerEvent), runs: s.runs.map((x) => sig(x)) }
+    : null;
+console.log(
+  JSON.stringify({
+    bench: 'partner-health-events',
+    quick,
+    node: process.version,
+    cpus: availableParallelism(),
+    cpuModel: cpu,
+    date: new Date().toISOString(),
+    totalSeconds: sig(totalSeconds, 3),
+    goals: { verifyOursOverStripe: VERIFY_GOAL, pipelineOverFloor: PIPELINE_GOAL },
+    verify: verifyResults.map((r) => ({
+      size: r.size,
+      bodyBytes: r.bodyBytes,
+      ours: timingJson(r.ours),
+      stripe: timingJson(r.stripe),
+      svix: timingJson(r.svix),
+      oursOverStripe: sig(r.oursOverStripe, 3),
+      oursOverSvix: sig(r.oursOverSvix, 3),
+      goalMet: r.oursOverStripe >= VERIFY_GOAL,
+    })),
+    pipeline: pipelineResults.map((r) => ({
+      size: r.size,
+      bodyBytes: r.bodyBytes,
+      n: r.n,
+      reps: r.reps,
+      concurrency: r.concurrency,
+      pipeline: seriesJson(r.pipeline),
+      floor: seriesJson(r.floor),
+      floorClaimComplete: seriesJson(r.floorClaimComplete),
+      pipelineOverFloor: r.ratio === null ? null : sig(r.ratio, 3),
+      pipelineOverFloorClaimComplete:
+        r.pipeline && r.floorClaimComplete
+          ? sig(r.pipeline.eventsPerSec / r.floorClaimComplete.eventsPerSec, 3)
+          : null,
+      goalMet: r.ratio === null ? null : r.ratio >= PIPELINE_GOAL,
+      memoryMiB: {
+        inputs: sig(r.memory.inputBytes / 2 ** 20, 3),
+        rssBefore: sig(r.memory.rssBeforeBytes / 2 ** 20, 3),
+        peakRss: sig(r.memory.peakRssBytes / 2 ** 20, 3),
+        heapUsedBefore: sig(r.memory.heapUsedBeforeBytes / 2 ** 20, 3),
+        peakHeapUsed: sig(r.memory.peakHeapUsedBytes / 2 ** 20, 3),
+        heapUsedAfterGc: sig(r.memory.heapUsedAfterGcBytes / 2 ** 20, 3),
+      },
+    })),
+  }),
+);
