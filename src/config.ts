@@ -11,7 +11,7 @@ const positiveInt = z.number().int().positive();
  * The consumer's tunable settings: one schema for the library and the CLI. Every field has a
  * default; `z.input` is what callers pass, `z.output` what the pipeline runs with.
  */
-export const consumerSettingsSchema = z.object({
+export const consumerSettingsSchema = z.strictObject({
   /** Messages processed at once. */
   concurrency: positiveInt.max(10_000).default(16),
   /** Messages larger than this are dead-lettered before any HMAC (ENVELOPE_TOO_LARGE). */
@@ -25,7 +25,7 @@ export const consumerSettingsSchema = z.object({
   /** Check `signed_at` age at all (replay of dead letters turns it off). */
   checkAge: z.boolean().default(true),
   retry: z
-    .object({
+    .strictObject({
       maxAttempts: positiveInt.default(DEFAULT_RETRY_POLICY.maxAttempts),
       baseDelayMs: z.number().int().nonnegative().default(DEFAULT_RETRY_POLICY.baseDelayMs),
       maxDelayMs: z.number().int().nonnegative().default(DEFAULT_RETRY_POLICY.maxDelayMs),

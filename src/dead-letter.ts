@@ -1,5 +1,5 @@
 import { mkdirSync } from 'node:fs';
-import { type FileHandle, open } from 'node:fs/promises';
+import { open } from 'node:fs/promises';
 import { dirname } from 'node:path';
 import type { RawMessage } from './adapter.js';
 import type { ErrorCode } from './errors.js';
@@ -82,12 +82,12 @@ export function rawOfDeadLetter(record: DeadLetterRecord): string | Uint8Array {
 }
 
 /**
- * Appends records to a JSONL file, one `write` + `datasync` per record, serialised so lines
- * never interleave. The file (and its folder) is created on the first record only.
+ * Appends records to a JSONL file, serialised so lines never interleave. Each record opens the
+ * file, appends, `datasync`s and closes it: dead letters are rare, durability matters more than
+ * speed, and a file moved away by log rotation is simply created anew on the next record.
  */
 export class JsonlDeadLetterSink implements DeadLetterSink {
   readonly path: string;
-  #file: Promise<FileHandle> | undefined;
   #tail: Promise<void> = Promise.resolve();
   #count = 0;
 
@@ -103,16 +103,14 @@ export class JsonlDeadLetterSink implements DeadLetterSink {
   write(record: DeadLetterRecord): Promise<void> {
     const line = `${JSON.stringify(record)}\n`;
     const next = this.#tail.then(async () => {
-      this.#file ??= openForAppend(this.path);
-      let file: FileHandle;
+      mkdirSync(dirname(this.path), { recursive: true });
+      const file = await open(this.path, 'a');
       try {
-        file = await this.#file;
-      } catch (error) {
-        this.#file = undefined; // try to open again on the next record
-        throw error;
+        await file.write(line);
+        await file.datasync();
+      } finally {
+        await file.close();
       }
-      await file.write(line);
-      await file.datasync();
       this.#count++;
     });
     this.#tail = next.catch(() => undefined);
@@ -121,14 +119,7 @@ export class JsonlDeadLetterSink implements DeadLetterSink {
 
   async close(): Promise<void> {
     await this.#tail;
-    if (this.#file) await (await this.#file).close();
-    this.#file = undefined;
   }
-}
-
-async function openForAppend(path: string): Promise<FileHandle> {
-  mkdirSync(dirname(path), { recursive: true });
-  return open(path, 'a');
 }
 
 export function jsonlDeadLetters(path: string): JsonlDeadLetterSink {

@@ -51,6 +51,7 @@ export {
   type PartnerEvent,
   type UnknownEvent,
 } from './events/index.js';
+export { createForwarder, type ForwardOptions } from './forward.js';
 export { createLogger, silentLogger } from './logger.js';
 export {
   type AckResult,

@@ -46,13 +46,18 @@ export interface VerifiedMessage {
 export function verifyMessage(raw: string | Uint8Array, options: VerifyOptions): VerifiedMessage {
   const envelope = parseEnvelope(raw, options.maxEnvelopeBytes ?? DEFAULT_MAX_ENVELOPE_BYTES);
   const now = options.now ?? Date.now();
-  checkFreshness(envelope.signed_at, now, options);
+  // The broker's enqueue time when there is one (and not strict): the moment the event reached
+  // us, which an attacker cannot set. Age and the keys' notAfter are both judged at that moment,
+  // so a backlog signed with a key that has since been retired still verifies.
+  const brokerTime = Number.isFinite(options.enqueuedAt) && !options.strictAge;
+  const referenceMs = brokerTime ? (options.enqueuedAt as number) : now;
+  checkFreshness(envelope.signed_at, now, referenceMs, brokerTime, options);
 
   const keyId = matchSignature(
     envelope.signed_at,
     envelope.body,
     envelope.signature,
-    options.keyring.active(now),
+    options.keyring.active(referenceMs),
   );
   if (keyId === undefined) {
     throw new VerificationError('SIGNATURE_MISMATCH', 'signature does not match any active signing secret');
@@ -76,7 +81,13 @@ export function verifyMessage(raw: string | Uint8Array, options: VerifyOptions):
   };
 }
 
-function checkFreshness(signedAt: number, nowMs: number, options: VerifyOptions): void {
+function checkFreshness(
+  signedAt: number,
+  nowMs: number,
+  referenceMs: number,
+  brokerTime: boolean,
+  options: VerifyOptions,
+): void {
   const nowSeconds = Math.floor(nowMs / 1000);
   const maxFuture = options.maxFutureSkewSeconds ?? DEFAULT_MAX_FUTURE_SKEW_SECONDS;
   // Always against our clock: skew heals as time passes, so this failure is retryable.
@@ -91,14 +102,13 @@ function checkFreshness(signedAt: number, nowMs: number, options: VerifyOptions)
   }
   if (options.checkAge === false) return;
   const maxAge = options.maxAgeSeconds ?? DEFAULT_MAX_AGE_SECONDS;
-  const useBroker = options.enqueuedAt !== undefined && !options.strictAge;
-  const reference = useBroker ? Math.floor((options.enqueuedAt as number) / 1000) : nowSeconds;
+  const reference = Math.floor(referenceMs / 1000);
   const age = reference - signedAt;
   if (age > maxAge) {
     throw new VerificationError(
       'TIMESTAMP_TOO_OLD',
-      `signed_at is ${age}s older than the ${useBroker ? 'enqueue time' : 'clock'} (limit ${maxAge}s)`,
-      { details: { signedAt, reference, measuredAgainst: useBroker ? 'enqueued_at' : 'clock' } },
+      `signed_at is ${age}s older than the ${brokerTime ? 'enqueue time' : 'clock'} (limit ${maxAge}s)`,
+      { details: { signedAt, reference, measuredAgainst: brokerTime ? 'enqueued_at' : 'clock' } },
     );
   }
 }

@@ -3,7 +3,7 @@ import type { RawMessage, SourceAdapter } from './adapter.js';
 import { type ConsumerSettings, type ConsumerSettingsInput, parseSettings } from './config.js';
 import { type DeadLetterSink, deadLetterRecord, JsonlDeadLetterSink } from './dead-letter.js';
 import { MemoryDedupeStore } from './dedupe/memory.js';
-import type { DedupeStore } from './dedupe/types.js';
+import { type DedupeStore, PUBLISHER_RETRY_WINDOW_MS } from './dedupe/types.js';
 import { ConfigError } from './errors.js';
 import type { UnknownEvent } from './events/schemas.js';
 import { createLogger } from './logger.js';
@@ -88,6 +88,12 @@ export class Consumer<M extends RawMessage = RawMessage> {
       typeof deadLetter === 'object'
         ? deadLetter
         : new JsonlDeadLetterSink(deadLetter ?? DEFAULT_DEAD_LETTER_PATH);
+    if (this.settings.retentionMs < PUBLISHER_RETRY_WINDOW_MS) {
+      this.logger.warn(
+        { retention_ms: this.settings.retentionMs },
+        'dedupe retention is shorter than the publisher’s 48 h retry window: a late retry may run handlers twice',
+      );
+    }
     this.#source = source;
     this.#onSettled = onSettled;
     this.#pipeline = new Pipeline(this.settings, {

@@ -1,4 +1,4 @@
-import { readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { deadLetterRecord } from '../src/dead-letter.js';
@@ -26,10 +26,16 @@ function writeJsonl(name: string, lines: string[]): string {
   return path;
 }
 
-/** A dead-letter record as the worker writes it, for an event signed `ageSeconds` ago. */
-function deadRecord(raw: string, code: 'HANDLER_FAILED' | 'SIGNATURE_MISMATCH' = 'HANDLER_FAILED'): string {
+/** A dead-letter record as the worker writes it (with the broker's enqueue time, when given). */
+function deadRecord(raw: string, enqueuedAt?: number): string {
+  const message = {
+    id: 'sqs-1',
+    body: raw,
+    attempt: 10,
+    ...(enqueuedAt === undefined ? {} : { enqueuedAt }),
+  };
   return JSON.stringify(
-    deadLetterRecord({ id: 'sqs-1', body: raw, attempt: 10 }, { code, reason: 'app was down' }, 'sqs:q'),
+    deadLetterRecord(message, { code: 'HANDLER_FAILED', reason: 'app was down' }, 'sqs:q'),
   );
 }
 
@@ -90,6 +96,17 @@ describe('partner-events verify', () => {
     const file = writeJsonl('dead.jsonl', [deadRecord(event.raw)]);
     const result = await runCli(['verify', file, '--json']);
     expect(jsonLines(result.stdout)[0]).toMatchObject({ ok: true, event_id: event.eventId });
+  });
+
+  it('judges a dead-letter record’s age at its broker enqueue time (the clock with --strict-age)', async () => {
+    const signedAt = Math.floor(Date.now() / 1000) - 7200;
+    const event = createTestEnvelope('daily.data.steps.created', { signedAt });
+    const file = writeJsonl('dead.jsonl', [deadRecord(event.raw, signedAt * 1000 + 3000)]);
+    const asWorker = await runCli(['verify', file, '--json']);
+    expect(jsonLines(asWorker.stdout)[0]).toMatchObject({ ok: true, event_id: event.eventId });
+    const strict = await runCli(['verify', file, '--json', '--strict-age']);
+    expect(jsonLines(strict.stdout)[0]).toMatchObject({ ok: false, code: 'TIMESTAMP_TOO_OLD' });
+    expect(strict.code).toBe(1);
   });
 
   it('prints a readable table without --json', async () => {
@@ -243,6 +260,14 @@ describe('partner-events replay', () => {
     }
   });
 
+  it('--dry-run does not create a dedupe database that does not exist', async () => {
+    const file = writeJsonl('dead.jsonl', [deadRecord(createTestEnvelope('daily.data.steps.created').raw)]);
+    const db = join(dir.path, 'never-created.db');
+    const dry = await runCli(['replay', file, '--dedupe', `sqlite:${db}`, '--dry-run', '--json']);
+    expect(jsonLines(dry.stdout).at(-1)).toMatchObject({ would_forward: 1 });
+    expect(existsSync(db)).toBe(false);
+  });
+
   it('exits 2 without --forward', async () => {
     const file = writeJsonl('dead.jsonl', ['{}']);
     const result = await runCli(['replay', file]);
@@ -327,6 +352,37 @@ export default {
     // The event in flight finished; no other was started after the signal.
     expect(result.stdout.match(/started/g)).toHaveLength(1);
     expect(result.stdout.match(/finished/g)).toHaveLength(1);
+  });
+
+  it('exits 2 when the source file does not exist', async () => {
+    const result = await runCli([
+      'run',
+      '--source',
+      `file:${join(dir.path, 'missing.jsonl')}`,
+      '--forward',
+      'http://127.0.0.1:9/',
+    ]);
+    expect(result.code).toBe(2);
+    expect(result.stderr).toContain('no such file');
+  });
+
+  it('survives SIGHUP when its secrets come from the environment (and says how to reload)', async () => {
+    const file = writeJsonl('events.jsonl', [createTestEnvelope('daily.data.steps.created').raw]);
+    const go = join(dir.path, 'go');
+    const handlers = join(dir.path, 'handlers.mjs');
+    writeFileSync(
+      handlers,
+      `import { existsSync } from 'node:fs';
+export default { '*': async () => { process.stdout.write('started\\n'); while (!existsSync(${JSON.stringify(go)})) await new Promise((r) => setTimeout(r, 20)); } };`,
+    );
+    const cli = startCli(['run', '--source', `file:${file}`, '--handlers', handlers, '--dedupe', 'memory']);
+    await vi.waitFor(() => expect(cli.output()).toContain('started'), { timeout: 10_000, interval: 20 });
+    cli.child.kill('SIGHUP');
+    await vi.waitFor(() => expect(cli.output()).toContain('SIGHUP'), { timeout: 5_000, interval: 20 });
+    writeFileSync(go, '');
+    const result = await cli.done;
+    expect(result.code).toBe(0);
+    expect(result.stdout).toContain('need a restart to change');
   });
 
   it('names the problem and exits 2 on bad arguments', async () => {

@@ -252,6 +252,26 @@ describe('dedupe is a lease, not a flag', () => {
     expect(signal?.aborted).toBe(true);
   });
 
+  it('rides out a brief store outage during a lease extension without aborting the handler', async () => {
+    const dedupe = new MemoryDedupeStore();
+    const extend = vi
+      .spyOn(dedupe, 'extend')
+      .mockRejectedValueOnce(new DedupeUnavailableError('blip'))
+      .mockRejectedValueOnce(new DedupeUnavailableError('blip'));
+    let release!: () => void;
+    let signal: AbortSignal | undefined;
+    const handler = vi.fn((_e: unknown, ctx: { signal: AbortSignal }) => {
+      signal = ctx.signal;
+      return new Promise<void>((resolve) => (release = resolve));
+    });
+    const { pipeline: p } = pipeline(new Router().on('*', handler), { dedupe, settings: { leaseMs: 300 } });
+    const running = p.process(message(createTestEnvelope('daily.data.steps.created').raw));
+    await vi.waitFor(() => expect(extend.mock.calls.length).toBeGreaterThanOrEqual(4), { timeout: 3000 });
+    expect(signal?.aborted).toBe(false);
+    release();
+    expect((await running).outcome).toEqual({ kind: 'ack', result: 'handled' });
+  });
+
   it('retries (never acks) while the dedupe store is unreachable', async () => {
     const dedupe = new MemoryDedupeStore();
     vi.spyOn(dedupe, 'claim').mockRejectedValue(new DedupeUnavailableError('connection refused'));
@@ -260,6 +280,43 @@ describe('dedupe is a lease, not a flag', () => {
     const result = await p.process(message(createTestEnvelope('daily.data.steps.created').raw));
     expect(result.outcome).toMatchObject({ kind: 'retry', code: 'DEDUPE_UNAVAILABLE' });
     expect(handler).not.toHaveBeenCalled();
+  });
+});
+
+describe('secret rotation judged at the enqueue time', () => {
+  const keyring = (notAfter: number) =>
+    new Keyring([
+      { id: 'current', secret: 'the-new-secret-value' },
+      { id: 'previous', secret: TEST_SIGNING_SECRET, notAfter },
+    ]);
+
+  it('a backlog signed with the retired key verifies when the broker took it before notAfter', async () => {
+    const now = Date.now();
+    const notAfter = now - 60_000; // retired a minute ago
+    const signedAt = Math.floor((now - 120_000) / 1000);
+    const event = createTestEnvelope('daily.data.steps.created', { signedAt });
+    const handler = vi.fn();
+    const p = new Pipeline(SETTINGS, {
+      keyring: keyring(notAfter),
+      dedupe: new MemoryDedupeStore(),
+      router: new Router().on('*', handler),
+      logger: silentLogger(),
+    });
+    const result = await p.process(message(event.raw, 1, now - 119_000));
+    expect(result).toMatchObject({ outcome: { kind: 'ack', result: 'handled' }, keyId: 'previous' });
+  });
+
+  it('the retired key verifies nothing enqueued after notAfter', async () => {
+    const now = Date.now();
+    const event = createTestEnvelope('daily.data.steps.created');
+    const p = new Pipeline(SETTINGS, {
+      keyring: keyring(now - 60_000),
+      dedupe: new MemoryDedupeStore(),
+      router: new Router().on('*', vi.fn()),
+      logger: silentLogger(),
+    });
+    const result = await p.process(message(event.raw, 1, now));
+    expect(result.outcome).toMatchObject({ kind: 'retry', code: 'SIGNATURE_MISMATCH' });
   });
 });
 

@@ -26,7 +26,9 @@ export interface FileSourceStats {
  * Reads a JSONL file line by line (memory stays bounded on large files). Each line is an
  * envelope exactly as published, or a dead-letter record, whose original message is replayed.
  * Retries are re-queued in memory after their delay; the source is exhausted once every line
- * is settled. There is no broker enqueue time, so age is measured against the clock.
+ * is settled. A file has no broker enqueue time, so each line is stamped with the moment it was
+ * first read (the clock at first receipt): a retry minutes later is not mistaken for a stale
+ * event. A dead-letter record keeps the enqueue time its broker gave it.
  */
 export class FileSource implements SourceAdapter<FileMessage> {
   readonly name: string;
@@ -72,7 +74,7 @@ export class FileSource implements SourceAdapter<FileMessage> {
         break;
       }
       this.#lineNo++;
-      const message = toMessage(next.value, this.#lineNo);
+      const message = toMessage(next.value, this.#lineNo, Date.now());
       if (message) batch.push(message);
     }
     if (batch.length > 0) {
@@ -109,7 +111,7 @@ export class FileSource implements SourceAdapter<FileMessage> {
   }
 }
 
-function toMessage(line: string, lineNo: number): FileMessage | undefined {
+function toMessage(line: string, lineNo: number, readAt: number): FileMessage | undefined {
   if (line.trim() === '') return undefined;
   const id = `line:${lineNo}`;
   // Cheap pre-check: only lines that look like dead-letter records are parsed here.
@@ -126,6 +128,7 @@ function toMessage(line: string, lineNo: number): FileMessage | undefined {
         line: lineNo,
         body: rawOfDeadLetter(record),
         attempt: 1,
+        enqueuedAt: parseTime(record.enqueued_at) ?? readAt,
         metadata: {
           original_code: record.code,
           original_source: record.source,
@@ -135,7 +138,13 @@ function toMessage(line: string, lineNo: number): FileMessage | undefined {
       };
     }
   }
-  return { id, line: lineNo, body: line, attempt: 1 };
+  return { id, line: lineNo, body: line, attempt: 1, enqueuedAt: readAt };
+}
+
+function parseTime(text: string | null): number | undefined {
+  if (text === null) return undefined;
+  const ms = Date.parse(text);
+  return Number.isNaN(ms) ? undefined : ms;
 }
 
 export function fileSource(options: FileSourceOptions): FileSource {

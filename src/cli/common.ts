@@ -1,4 +1,4 @@
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { type ParseArgsConfig, parseArgs } from 'node:util';
 import { MemoryDedupeStore } from '../dedupe/memory.js';
 import { sqliteDedupe } from '../dedupe/sqlite.js';
@@ -29,12 +29,17 @@ export function loadKeyring(secretsFile: string | undefined): Keyring {
   return new Keyring(secretsFile ? readSecretsFile(secretsFile) : secretsFromEnv());
 }
 
-/** `sqlite:PATH` (the default, one host) or `memory` (tests). */
-export function openDedupe(spec: string): DedupeStore {
+/**
+ * `sqlite:PATH` (the default, one host) or `memory` (tests). With `readOnly`, a missing SQLite
+ * file is not created: an empty in-memory store stands in (nothing has been recorded yet).
+ */
+export function openDedupe(spec: string, options: { readOnly?: boolean } = {}): DedupeStore {
   if (spec.startsWith('sqlite:')) {
     const path = spec.slice('sqlite:'.length);
-    if (!path)
+    if (!path) {
       throw new UsageError('--dedupe sqlite: needs a path, e.g. sqlite:/var/lib/partner-events/dedupe.db');
+    }
+    if (options.readOnly && !existsSync(path)) return new MemoryDedupeStore();
     return sqliteDedupe({ path });
   }
   if (spec === 'memory') return new MemoryDedupeStore();

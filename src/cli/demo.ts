@@ -96,7 +96,10 @@ export async function demoCommand(args: string[]): Promise<number> {
     `your app received ${app.received.size} distinct events${once ? ', each exactly once' : ' (some more than once!)'}; ` +
       `nothing forged or stale reached it.`,
   );
-  writeLine(`dead letters: ${deadLetterPath}  (inspect: partner-events verify ${deadLetterPath})`);
+  writeLine(`dead letters: ${deadLetterPath}`);
+  writeLine(
+    `  inspect them: PARTNER_EVENTS_SIGNING_SECRET=${DEMO_SECRET} npx partner-events verify ${deadLetterPath}`,
+  );
   return once && stats.handled === sent.length ? 0 : 1;
 }
 

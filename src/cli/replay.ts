@@ -92,7 +92,7 @@ export async function replayCommand(args: string[]): Promise<number> {
   const concurrency = parsePositiveInt('--concurrency', values.concurrency, 8);
   const timeoutMs = parsePositiveInt('--timeout-ms', values['timeout-ms'], 10_000);
   const keyring = loadKeyring(values['secrets-file']);
-  const dedupe = openDedupe(values.dedupe);
+  const dedupe = openDedupe(values.dedupe, { readOnly: values['dry-run'] });
   const checkAge = values['check-age'];
 
   if (values['dry-run']) return dryRun(file, keyring, dedupe, { checkAge, json: values.json });

@@ -1,3 +1,4 @@
+import { existsSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { FileSource } from '../../adapters/file/index.js';
@@ -6,7 +7,7 @@ import { ConfigError } from '../errors.js';
 import { createForwarder, describeUrl } from '../forward.js';
 import { createLogger } from '../logger.js';
 import type { EventPattern, Handler } from '../router.js';
-import { ENV_SECRETS_FILE, readSecretsFile, secretsFromEnv, watchSecrets } from '../secrets.js';
+import { ENV_SECRETS_FILE, readSecretsFile, watchSecrets } from '../secrets.js';
 import { type Consumer, createConsumer } from '../worker.js';
 import {
   DEFAULT_DEDUPE,
@@ -75,16 +76,23 @@ export async function runCommand(args: string[]): Promise<number> {
     await registerHandlers(consumer, values.handlers as string);
   }
 
-  const stopWatching = watchSecrets(
-    keyring,
-    () => (secretsFile ? readSecretsFile(secretsFile) : secretsFromEnv()),
-    {
-      files: secretsFile ? [secretsFile] : [],
+  let stopWatching: () => void;
+  if (secretsFile) {
+    stopWatching = watchSecrets(keyring, () => readSecretsFile(secretsFile), {
+      files: [secretsFile],
       onReload: (ids) => logger.info({ key_ids: ids }, 'signing secrets reloaded'),
       onError: (error) =>
         logger.error({ err: (error as Error).message }, 'secrets reload failed: keeping the previous keys'),
-    },
-  );
+    });
+  } else {
+    // The environment of a running process cannot change; still, SIGHUP must not kill the worker.
+    const onHup = () =>
+      logger.warn(
+        'SIGHUP: secrets come from environment variables, which need a restart to change; use a secrets file to reload live',
+      );
+    process.on('SIGHUP', onHup);
+    stopWatching = () => process.off('SIGHUP', onHup);
+  }
   const stop = (signal: NodeJS.Signals) => {
     logger.info({ signal }, 'stopping: draining in-flight events');
     void consumer.stop();
@@ -103,6 +111,7 @@ function openSource(spec: string): SourceAdapter {
   if (spec.startsWith('file:')) {
     const path = spec.slice('file:'.length);
     if (!path) throw new UsageError('--source file: needs a path');
+    if (!existsSync(path)) throw new UsageError(`--source ${spec}: no such file`);
     return new FileSource({ path });
   }
   throw new UsageError(`unknown --source "${spec}": supported here is file:PATH`);

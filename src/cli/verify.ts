@@ -6,17 +6,19 @@ import type { Keyring } from '../secrets.js';
 import { verifyMessage } from '../verify.js';
 import { loadKeyring, parse, readInput, UsageError, writeLine } from './common.js';
 
-export const VERIFY_USAGE = `Usage: partner-events verify [FILE|-] [--json] [--now UNIX] [--strict-age] [--secrets-file PATH]
+export const VERIFY_USAGE = `Usage: partner-events verify [FILE|-] [--json] [--now UNIX] [--strict-age] [--no-age] [--secrets-file PATH]
 
 Checks envelopes (JSONL, one per line, or one JSON document; dead-letter records too) the way
 the worker does: envelope, signed_at age, HMAC against every active secret, body, schema.
-Secrets come from PARTNER_EVENTS_SIGNING_SECRET (+ _PREVIOUS) or --secrets-file.
-There is no broker enqueue time here, so age is measured against the clock (or --now).
+Age is measured the way the worker measured it: against the broker's enqueue time kept in a
+dead-letter record, else against the clock (or --now).
 
-  --json          one JSON object per input line
-  --now UNIX      the current time in Unix seconds (check an old capture as of when it arrived)
-  --strict-age    accepted for symmetry with 'run'; age is always measured against the clock here
-  --no-age        skip the age check (inspect old captures)
+  --json               one JSON object per input line
+  --now UNIX           the current time in Unix seconds (check a capture as of when it arrived)
+  --strict-age         measure age against the clock (or --now) even for dead-letter records
+  --no-age             skip the age check
+  --secrets-file PATH  secrets (default: PARTNER_EVENTS_SECRETS_FILE, else
+                       PARTNER_EVENTS_SIGNING_SECRET and PARTNER_EVENTS_SIGNING_SECRET_PREVIOUS)
 
 Exit: 0 all ok, 1 any failed, 2 usage error.`;
 
@@ -56,7 +58,11 @@ export async function verifyCommand(args: string[]): Promise<number> {
   const text = readInput(positionals[0] ?? '-');
 
   const results = splitDocuments(text).map(({ line, raw }) =>
-    verifyLine(line, raw, keyring, { now: nowMs ?? Date.now(), checkAge: !values['no-age'] }),
+    verifyLine(line, raw, keyring, {
+      now: nowMs ?? Date.now(),
+      checkAge: !values['no-age'],
+      strictAge: values['strict-age'],
+    }),
   );
   if (values.json) {
     for (const r of results) writeLine(JSON.stringify(r));
@@ -89,19 +95,23 @@ function verifyLine(
   line: number,
   text: string,
   keyring: Keyring,
-  options: { now: number; checkAge: boolean },
+  options: { now: number; checkAge: boolean; strictAge: boolean },
 ): VerifyLineResult {
   let raw: string | Uint8Array = text;
+  let enqueuedAt: number | undefined;
   if (text.includes('"dead_lettered_at"')) {
     try {
       const record: unknown = JSON.parse(text);
-      if (isDeadLetterRecord(record)) raw = rawOfDeadLetter(record);
+      if (isDeadLetterRecord(record)) {
+        raw = rawOfDeadLetter(record);
+        if (record.enqueued_at !== null) enqueuedAt = Date.parse(record.enqueued_at);
+      }
     } catch {
       // verified as an envelope below, which reports it as malformed
     }
   }
   try {
-    const verified = verifyMessage(raw, { keyring, now: options.now, checkAge: options.checkAge });
+    const verified = verifyMessage(raw, { keyring, enqueuedAt, ...options });
     const validation = validateEvent(verified.eventType, verified.payload);
     const base = { line, event_id: verified.eventId, event_type: verified.eventType, key_id: verified.keyId };
     if (!validation.ok) return { ...base, ok: false, code: validation.code, reason: validation.reason };

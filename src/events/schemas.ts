@@ -6,9 +6,10 @@ import { z } from 'zod';
  * only some values of an enumeration ("value X occurs"), the type names those values and still
  * accepts any other string.
  *
- * What is required is what the spec shows for every event: `event_id`, `event_type`, `user_id`,
- * `timestamp`; measurement events also need `value` and `unit`. Fields the spec lists but that a
- * real source may lack (`provider`, `source_device`, `raw_data`) are optional. See docs/events.md.
+ * Required is what the spec shows for each event: `event_id`, `event_type`, `user_id` always;
+ * `timestamp`, `value` and `unit` for measurement events; `timestamp` for sleep and workout
+ * summaries; `nudge_id` and `target.type` for nudges. Fields the spec lists but a real source
+ * may lack (`provider`, `source_device`, `raw_data`) are optional. See docs/events.md.
  */
 
 /** A string enumeration that names the known values but accepts future ones (additive v1). */

@@ -1,0 +1,80 @@
+import { readFileSync, renameSync } from 'node:fs';
+import { join } from 'node:path';
+import { pino } from 'pino';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { deadLetterRecord, JsonlDeadLetterSink } from '../src/dead-letter.js';
+import { ConfigError } from '../src/errors.js';
+import { createConsumer } from '../src/index.js';
+import { TEST_SIGNING_SECRET } from '../src/testing.js';
+import { tempDir } from './support/harness.js';
+
+let dir: ReturnType<typeof tempDir>;
+beforeEach(() => {
+  dir = tempDir('phe-options-');
+});
+afterEach(() => dir.cleanup());
+
+const secrets = [{ id: 'current', secret: TEST_SIGNING_SECRET }];
+
+function capturingLogger() {
+  const lines: Record<string, unknown>[] = [];
+  const logger = pino({ level: 'info' }, { write: (line: string) => void lines.push(JSON.parse(line)) });
+  return { logger, lines };
+}
+
+describe('consumer settings', () => {
+  it('refuses a misspelt setting, naming it', () => {
+    const { logger } = capturingLogger();
+    const make = () => createConsumer({ secrets, logger, ...({ maxAttemps: 3 } as object) });
+    expect(make).toThrow(ConfigError);
+    expect(make).toThrow(/maxAttemps/);
+    expect(() => createConsumer({ secrets, logger, retry: { maxAttemps: 3 } as never })).toThrow(
+      /maxAttemps/,
+    );
+  });
+
+  it('names the field and the problem for a bad value', () => {
+    expect(() => createConsumer({ secrets, concurrency: 0 })).toThrow(/concurrency/);
+  });
+
+  it('warns when retention is shorter than the publisher’s 48 h retry window', () => {
+    const { logger, lines } = capturingLogger();
+    createConsumer({ secrets, logger, retentionMs: 3_600_000 });
+    expect(lines.some((l) => String(l.msg).includes('48 h retry window'))).toBe(true);
+  });
+
+  it('warns that an in-memory dedupe store forgets on restart', () => {
+    const { logger, lines } = capturingLogger();
+    createConsumer({ secrets, logger });
+    expect(lines.some((l) => String(l.msg).includes('no dedupe store given'))).toBe(true);
+  });
+});
+
+describe('JSONL dead-letter sink', () => {
+  it('creates the file on the first record and starts a new one after the file is rotated away', async () => {
+    const path = join(dir.path, 'nested', 'dead.jsonl');
+    const sink = new JsonlDeadLetterSink(path);
+    const record = (id: string) =>
+      deadLetterRecord({ id, body: 'raw', attempt: 1 }, { code: 'MALFORMED_ENVELOPE', reason: 'x' }, 'test');
+    await sink.write(record('a'));
+    renameSync(path, join(dir.path, 'dead.1.jsonl'));
+    await Promise.all([sink.write(record('b')), sink.write(record('c'))]);
+    await sink.close();
+    expect(readFileSync(join(dir.path, 'dead.1.jsonl'), 'utf8').trim().split('\n')).toHaveLength(1);
+    const current = readFileSync(path, 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l).message_id);
+    expect(current).toEqual(['b', 'c']);
+    expect(sink.count).toBe(3);
+  });
+
+  it('keeps non-UTF-8 bytes as base64', () => {
+    const record = deadLetterRecord(
+      { id: 'm', body: Uint8Array.from([0xff, 0xfe, 0x00]), attempt: 1 },
+      { code: 'MALFORMED_ENVELOPE', reason: 'not UTF-8' },
+      'test',
+    );
+    expect(record).toMatchObject({ raw: '//4A', raw_encoding: 'base64' });
+  });
+});
