@@ -1,10 +1,10 @@
 import { readFileSync, renameSync } from 'node:fs';
 import { join } from 'node:path';
 import { pino } from 'pino';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { deadLetterRecord, JsonlDeadLetterSink } from '../src/dead-letter.js';
 import { ConfigError } from '../src/errors.js';
-import { createConsumer } from '../src/index.js';
+import { createConsumer, createLogger } from '../src/index.js';
 import { TEST_SIGNING_SECRET } from '../src/testing.js';
 import { tempDir } from './support/harness.js';
 
@@ -76,5 +76,51 @@ describe('JSONL dead-letter sink', () => {
       'test',
     );
     expect(record).toMatchObject({ raw: '//4A', raw_encoding: 'base64' });
+  });
+});
+
+describe('secrets never leak', () => {
+  it('logs the matched key id on every outcome line, and never a secret', async () => {
+    const { MemorySource } = await import('../adapters/memory/index.js');
+    const { createTestEnvelope, forgedEnvelope } = await import('../src/testing.js');
+    const lines: string[] = [];
+    const logger = pino({ level: 'trace' }, { write: (line: string) => void lines.push(line) });
+    const source = new MemorySource({ endWhenEmpty: true });
+    const previous = 'previous-secret-value-0123456789';
+    const consumer = createConsumer({
+      source,
+      logger,
+      secrets: [
+        { id: 'current', secret: TEST_SIGNING_SECRET },
+        { id: 'previous', secret: previous },
+      ],
+      deadLetter: join(dir.path, 'dead.jsonl'),
+      retry: { maxAttempts: 1 },
+    });
+    consumer.on('*', vi.fn());
+    source.send(createTestEnvelope('daily.data.steps.created').raw);
+    source.send(createTestEnvelope('daily.data.steps.created', { secret: previous }).raw);
+    source.send(forgedEnvelope('daily.data.steps.created').raw);
+    await consumer.start();
+    await consumer.stopped;
+    const text = lines.join('');
+    const acked = lines.map((l) => JSON.parse(l)).filter((l) => l.msg === 'event acked');
+    expect(acked.map((l) => l.key_id).sort()).toEqual(['current', 'previous']);
+    expect(text).not.toContain(TEST_SIGNING_SECRET);
+    expect(text).not.toContain(previous);
+    expect(readFileSync(join(dir.path, 'dead.jsonl'), 'utf8')).not.toContain(TEST_SIGNING_SECRET);
+  });
+});
+
+describe('the default logger', () => {
+  it('redacts secret-looking fields wherever they appear', () => {
+    const lines: string[] = [];
+    const logger = createLogger({ level: 'info' }, { write: (line: string) => void lines.push(line) });
+    logger.info(
+      { secret: 'a-secret', config: { signingSecret: 'b-secret', connectionString: 'c-secret' } },
+      'x',
+    );
+    expect(lines.join('')).not.toMatch(/[abc]-secret/);
+    expect(lines.join('')).toContain('[redacted]');
   });
 });

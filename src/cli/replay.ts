@@ -36,7 +36,7 @@ dead-letter file, whose path is printed.
   --attempts N         tries per event before it counts as failed (default 3)
   --concurrency N      events forwarded at once (default 8)
   --timeout-ms N       per request (default 10000)
-  --secrets-file PATH  secrets (default: PARTNER_EVENTS_SIGNING_SECRET[_PREVIOUS])
+  --secrets-file PATH  secrets (default: PARTNER_EVENTS_SECRETS_FILE, else PARTNER_EVENTS_SIGNING_SECRET[_PREVIOUS])
   --json               one JSON line per event, then a summary object as the last line
 
 Exit: 0 when nothing failed or was rejected, 1 otherwise, 2 on usage errors.`;
