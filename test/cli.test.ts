@@ -260,6 +260,26 @@ describe('partner-events replay', () => {
     }
   });
 
+  it('--dry-run judges keys like the replay does: at the record’s enqueue time', async () => {
+    const retiredAt = Date.now() - 60_000;
+    const secrets = join(dir.path, 'secrets.json');
+    writeFileSync(
+      secrets,
+      JSON.stringify({
+        keys: [
+          { id: 'new', secret: 'the-new-signing-secret' },
+          { id: 'old', secret: 'the-old-signing-secret', not_after: new Date(retiredAt).toISOString() },
+        ],
+      }),
+    );
+    const signedAt = Math.floor((retiredAt - 120_000) / 1000);
+    const event = createTestEnvelope('daily.data.steps.created', { secret: 'the-old-signing-secret', signedAt });
+    const file = writeJsonl('dead.jsonl', [deadRecord(event.raw, signedAt * 1000 + 1000)]);
+    const args = ['replay', file, '--dedupe', 'memory', '--secrets-file', secrets, '--json'];
+    const dry = await runCli([...args, '--dry-run']);
+    expect(jsonLines(dry.stdout)[0]).toMatchObject({ action: 'forward', key_id: 'old' });
+  });
+
   it('--dry-run does not create a dedupe database that does not exist', async () => {
     const file = writeJsonl('dead.jsonl', [deadRecord(createTestEnvelope('daily.data.steps.created').raw)]);
     const db = join(dir.path, 'never-created.db');

@@ -201,7 +201,11 @@ async function dryRun(
       counts.total++;
       let row: Record<string, unknown>;
       try {
-        const verified = verifyMessage(message.body, { keyring, checkAge: options.checkAge });
+        const verified = verifyMessage(message.body, {
+          keyring,
+          checkAge: options.checkAge,
+          enqueuedAt: message.enqueuedAt,
+        });
         const validation = validateEvent(verified.eventType, verified.payload);
         const ids = { event_id: verified.eventId, event_type: verified.eventType, key_id: verified.keyId };
         if (!validation.ok) {

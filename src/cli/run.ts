@@ -22,8 +22,9 @@ import {
 export const RUN_USAGE = `Usage: partner-events run --source SOURCE (--forward URL | --handlers MODULE) [options]
 
 Runs the worker: receives, verifies, de-duplicates, validates and hands each event to your app,
-acking only on success. SIGTERM/SIGINT drain in-flight work and exit 0; SIGHUP (or a change of
-the secrets file) reloads the signing secrets.
+acking only on success. SIGTERM/SIGINT drain in-flight work and exit 0. With a secrets file,
+SIGHUP or a change of the file reloads the signing secrets; secrets from environment variables
+need a restart.
 
   --source SOURCE      file:PATH (JSONL envelopes)
   --forward URL        POST each verified body to URL (2xx = success)
