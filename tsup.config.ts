@@ -7,7 +7,10 @@ export default defineConfig([
       testing: 'src/testing.ts',
       'adapters/memory': 'adapters/memory/index.ts',
       'adapters/file': 'adapters/file/index.ts',
+      'dedupe/redis': 'src/dedupe/redis.ts',
     },
+    // Optional peers stay imports: the core never loads them.
+    external: ['ioredis'],
     format: ['esm', 'cjs'],
     dts: true,
     clean: true,

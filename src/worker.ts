@@ -4,7 +4,7 @@ import { type ConsumerSettings, type ConsumerSettingsInput, parseSettings } from
 import { type DeadLetterSink, deadLetterRecord, JsonlDeadLetterSink } from './dead-letter.js';
 import { MemoryDedupeStore } from './dedupe/memory.js';
 import { type DedupeStore, PUBLISHER_RETRY_WINDOW_MS } from './dedupe/types.js';
-import { ConfigError } from './errors.js';
+import { ConfigError, type ErrorCode, VERIFICATION_CODES } from './errors.js';
 import type { UnknownEvent } from './events/schemas.js';
 import { createLogger } from './logger.js';
 import type { Outcome } from './outcome.js';
@@ -41,10 +41,18 @@ export interface ConsumerStatus {
   /** Last time `receive` returned (ms); a stalled poller shows here. */
   readonly lastReceiveAt: number | undefined;
   readonly lastReceiveError: string | undefined;
+  /** False while the dedupe store is unreachable (nothing is acked then). */
+  readonly dedupeAvailable: boolean;
   readonly keyIds: readonly string[];
 }
 
 const DEFAULT_DEAD_LETTER_PATH = 'partner-events-dead-letters.jsonl';
+
+/** Outcomes reached before the dedupe store is asked: they say nothing about its health. */
+const DECIDED_BEFORE_STORE: ReadonlySet<ErrorCode> = new Set<ErrorCode>([
+  ...VERIFICATION_CODES,
+  'UNKNOWN_EVENT_TYPE',
+]);
 
 /**
  * Runs the pipeline over a source: receives while it has free capacity (bounded concurrency),
@@ -70,6 +78,8 @@ export class Consumer<M extends RawMessage = RawMessage> {
   #loop: Promise<void> | undefined;
   #lastReceiveAt: number | undefined;
   #lastReceiveError: string | undefined;
+  /** Set by a DEDUPE_UNAVAILABLE outcome, cleared by the next message the store answered. */
+  #dedupeFailing = false;
 
   constructor(options: ConsumerOptions<M>) {
     const { source, secrets, dedupe, deadLetter, logger, onSettled, now, ...settings } = options;
@@ -123,6 +133,7 @@ export class Consumer<M extends RawMessage = RawMessage> {
       inFlight: this.#inFlight,
       lastReceiveAt: this.#lastReceiveAt,
       lastReceiveError: this.#lastReceiveError,
+      dedupeAvailable: (this.#dedupe.available ?? true) && !this.#dedupeFailing,
       keyIds: this.keyring.ids,
     };
   }
@@ -297,6 +308,9 @@ export class Consumer<M extends RawMessage = RawMessage> {
   }
 
   #log(result: ProcessResult, outcome: Outcome, message: M): void {
+    // A store outage fails every message the same way: say so once, not once per message.
+    const storeDown = this.#trackStore(outcome);
+    if (storeDown && !this.logger.isLevelEnabled('debug')) return;
     const level = outcome.kind === 'ack' ? 'info' : outcome.kind === 'retry' ? 'warn' : 'error';
     if (!this.logger.isLevelEnabled(level)) return; // build nothing for a quiet logger
     const fields = {
@@ -321,6 +335,24 @@ export class Consumer<M extends RawMessage = RawMessage> {
         'event dead-lettered',
       );
     }
+  }
+
+  /** Notes whether the dedupe store answered for this message; logs outage start and end once. */
+  #trackStore(outcome: Outcome): boolean {
+    const down = outcome.kind !== 'ack' && outcome.code === 'DEDUPE_UNAVAILABLE';
+    const answered =
+      outcome.kind === 'ack' ? outcome.result !== 'ignored' : !DECIDED_BEFORE_STORE.has(outcome.code);
+    if (down && !this.#dedupeFailing) {
+      this.#dedupeFailing = true;
+      this.logger.error(
+        { reason: outcome.reason },
+        'dedupe store unavailable: events are not acked; they are retried until it answers',
+      );
+    } else if (!down && answered && this.#dedupeFailing) {
+      this.#dedupeFailing = false;
+      this.logger.warn('dedupe store answering again');
+    }
+    return down;
   }
 
   async #drain(): Promise<void> {

@@ -273,7 +273,10 @@ describe('partner-events replay', () => {
       }),
     );
     const signedAt = Math.floor((retiredAt - 120_000) / 1000);
-    const event = createTestEnvelope('daily.data.steps.created', { secret: 'the-old-signing-secret', signedAt });
+    const event = createTestEnvelope('daily.data.steps.created', {
+      secret: 'the-old-signing-secret',
+      signedAt,
+    });
     const file = writeJsonl('dead.jsonl', [deadRecord(event.raw, signedAt * 1000 + 1000)]);
     const args = ['replay', file, '--dedupe', 'memory', '--secrets-file', secrets, '--json'];
     const dry = await runCli([...args, '--dry-run']);

@@ -1,5 +1,6 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { type ParseArgsConfig, parseArgs } from 'node:util';
+import type { Logger } from 'pino';
 import { MemoryDedupeStore } from '../dedupe/memory.js';
 import { sqliteDedupe } from '../dedupe/sqlite.js';
 import type { DedupeStore } from '../dedupe/types.js';
@@ -30,10 +31,14 @@ export function loadKeyring(secretsFile: string | undefined): Keyring {
 }
 
 /**
- * `sqlite:PATH` (the default, one host) or `memory` (tests). With `readOnly`, a missing SQLite
- * file is not created: an empty in-memory store stands in (nothing has been recorded yet).
+ * `sqlite:PATH` (the default, one host), `redis://…` / `rediss://…` (many instances) or `memory`
+ * (tests). With `readOnly`, a missing SQLite file is not created: an empty in-memory store stands
+ * in (nothing has been recorded yet).
  */
-export function openDedupe(spec: string, options: { readOnly?: boolean } = {}): DedupeStore {
+export async function openDedupe(
+  spec: string,
+  options: { readOnly?: boolean; logger?: Logger; retentionMs?: number } = {},
+): Promise<DedupeStore> {
   if (spec.startsWith('sqlite:')) {
     const path = spec.slice('sqlite:'.length);
     if (!path) {
@@ -44,9 +49,20 @@ export function openDedupe(spec: string, options: { readOnly?: boolean } = {}): 
   }
   if (spec === 'memory') return new MemoryDedupeStore();
   if (spec.startsWith('redis://') || spec.startsWith('rediss://')) {
-    throw new UsageError('Redis dedupe is not available in this version yet; use --dedupe sqlite:PATH');
+    let redis: typeof import('../dedupe/redis.js');
+    try {
+      redis = await import('../dedupe/redis.js');
+    } catch (cause) {
+      throw new ConfigError('--dedupe redis:// needs the ioredis package: npm install ioredis', { cause });
+    }
+    return redis.redisDedupe({
+      url: spec,
+      tenant: process.env.PARTNER_EVENTS_TENANT ?? 'default',
+      ...(options.logger ? { logger: options.logger } : {}),
+      ...(options.retentionMs ? { retentionMs: options.retentionMs } : {}),
+    });
   }
-  throw new UsageError(`unknown --dedupe "${spec}": expected sqlite:PATH or memory`);
+  throw new UsageError(`unknown --dedupe "${spec}": expected sqlite:PATH, redis://HOST:PORT or memory`);
 }
 
 export function parsePositiveInt(name: string, value: string | undefined, fallback: number): number {

@@ -92,7 +92,8 @@ export async function replayCommand(args: string[]): Promise<number> {
   const concurrency = parsePositiveInt('--concurrency', values.concurrency, 8);
   const timeoutMs = parsePositiveInt('--timeout-ms', values['timeout-ms'], 10_000);
   const keyring = loadKeyring(values['secrets-file']);
-  const dedupe = openDedupe(values.dedupe, { readOnly: values['dry-run'] });
+  const logger = createLogger({ level: process.env.LOG_LEVEL ?? 'warn' }, process.stderr);
+  const dedupe = await openDedupe(values.dedupe, { readOnly: values['dry-run'], logger });
   const checkAge = values['check-age'];
 
   if (values['dry-run']) return dryRun(file, keyring, dedupe, { checkAge, json: values.json });
@@ -154,7 +155,7 @@ export async function replayCommand(args: string[]): Promise<number> {
     concurrency,
     retry: { maxAttempts: attempts, baseDelayMs: 500, maxDelayMs: 5000 },
     handlerTimeoutMs: timeoutMs + 1000,
-    logger: createLogger({ level: process.env.LOG_LEVEL ?? 'warn' }, process.stderr),
+    logger,
     onSettled,
   });
   const forward = createForwarder({ url: values.forward as string, timeoutMs });

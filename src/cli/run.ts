@@ -63,7 +63,7 @@ export async function runCommand(args: string[]): Promise<number> {
   const consumer = createConsumer({
     source,
     secrets: keyring,
-    dedupe: openDedupe(values.dedupe),
+    dedupe: await openDedupe(values.dedupe, { logger }),
     ...(values['dead-letter'] ? { deadLetter: values['dead-letter'] } : {}),
     concurrency: parsePositiveInt('--concurrency', values.concurrency, 16),
     strictAge: values['strict-age'],

@@ -27,6 +27,8 @@ export interface DedupeStore {
   release(eventId: string, token: string): Promise<void>;
   /** Reads the state without changing it (dry runs, diagnostics). */
   peek(eventId: string): Promise<DedupeState>;
+  /** False while the store is known to be unreachable (readiness checks). Absent means always. */
+  readonly available?: boolean;
   close(): Promise<void>;
 }
 
