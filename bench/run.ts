@@ -10,13 +10,14 @@
  *
  *   npm run bench                       full run (~1 minute on 2 cores)
  *   npm run bench -- --quick            smoke test (a few seconds)
- *   npm run bench -- --only verify      one section (verify | pipeline)
+ *   npm run bench -- --only verify      one section (verify | pipeline | dedupe)
  *   npm run bench -- --sizes 300B,2KB   some sizes
  */
 import { fork } from 'node:child_process';
 import { availableParallelism, cpus } from 'node:os';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
+import { type DedupeBenchRow, runDedupeBench } from './dedupe.js';
 import { SIZES, sizeByLabel } from './fixtures.js';
 import type { PipelineSizeResult, RunSeries } from './pipeline.js';
 import { fmtFixed, fmtInt, fmtMiB, sig, table } from './stats.js';
@@ -33,6 +34,7 @@ const quick = values.quick;
 const sizes = values.sizes ? values.sizes.split(',').map((s) => sizeByLabel(s.trim()).label) : undefined;
 const runVerify = values.only === undefined || values.only === 'verify';
 const runPipeline = values.only === undefined || values.only === 'pipeline';
+const runDedupe = values.only === undefined || values.only === 'dedupe';
 
 const VERIFY_GOAL = 1; // ours at least as fast as Stripe's
 const PIPELINE_GOAL = 0.5; // pipeline at least half the floor
@@ -217,6 +219,30 @@ if (runPipeline) {
   console.log(table(mrows));
 }
 
+// ── (c) dedupe stores alone ─────────────────────────────────────────────────────────────────────
+let dedupeResults: DedupeBenchRow[] = [];
+if (runDedupe) {
+  console.log(
+    '\n(c) Dedupe stores alone — claim + complete pairs/s; 64 in flight = group commit (SQLite) / pipelining (Redis)',
+  );
+  dedupeResults = await runDedupeBench({ quick });
+  const base =
+    dedupeResults.find((r) => r.store === 'sqlite' && r.mode === 'one at a time')?.pairsPerSec ?? 1;
+  const drows: string[][] = [['store', 'mode', 'pairs/s', 'µs/pair', '÷ sqlite one at a time']];
+  for (const r of dedupeResults) {
+    drows.push([
+      r.store,
+      r.mode,
+      fmtInt(r.pairsPerSec),
+      fmtFixed(1e6 / r.pairsPerSec, 1),
+      `${fmtFixed(r.pairsPerSec / base, 2)}×`,
+    ]);
+  }
+  console.log(table(drows));
+  if (!dedupeResults.some((r) => r.store === 'redis'))
+    console.log('    (redis-server not installed: Redis rows skipped)');
+}
+
 const totalSeconds = (performance.now() - t0) / 1000;
 console.log(`\nTotal ${totalSeconds.toFixed(1)} s`);
 
@@ -235,6 +261,7 @@ console.log(
     date: new Date().toISOString(),
     totalSeconds: sig(totalSeconds, 3),
     goals: { verifyOursOverStripe: VERIFY_GOAL, pipelineOverFloor: PIPELINE_GOAL },
+    dedupe: dedupeResults.map((r) => ({ store: r.store, mode: r.mode, pairsPerSec: sig(r.pairsPerSec) })),
     verify: verifyResults.map((r) => ({
       size: r.size,
       bodyBytes: r.bodyBytes,

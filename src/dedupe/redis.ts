@@ -215,9 +215,10 @@ export class RedisDedupeStore implements DedupeStore {
           'Redis may evict dedupe keys under memory pressure (maxmemory-policy is not noeviction): an evicted key lets a duplicate through',
         );
       }
+      this.#logger.info({ maxmemory_policy: policy, prefix: this.#prefix }, 'Redis dedupe store connected');
     } catch {
       this.#logger.info(
-        'could not read Redis maxmemory-policy (CONFIG is disabled on some managed services); check it is noeviction',
+        'Redis dedupe store connected; could not read maxmemory-policy (CONFIG is disabled on some managed services): make sure it is noeviction',
       );
     }
   }

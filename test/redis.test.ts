@@ -1,0 +1,190 @@
+import { spawn } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { Redis } from 'ioredis';
+import { pino } from 'pino';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { MemorySource } from '../adapters/memory/index.js';
+import { RedisDedupeStore } from '../src/dedupe/redis.js';
+import { DedupeUnavailableError } from '../src/errors.js';
+import { silentLogger } from '../src/logger.js';
+import { createTestEnvelope, TEST_SIGNING_SECRET } from '../src/testing.js';
+import { createConsumer } from '../src/worker.js';
+import { HAS_REDIS, RedisServer } from './support/redis-server.js';
+
+const WORKER = fileURLToPath(new URL('./support/redis-consumer.ts', import.meta.url));
+
+function capturingLogger() {
+  const lines: { level: number; msg: string; [k: string]: unknown }[] = [];
+  const logger = pino({ level: 'info' }, { write: (line: string) => void lines.push(JSON.parse(line)) });
+  return { logger, lines };
+}
+
+/** Runs one worker process; resolves with its exit code (null when killed by a signal). */
+function runWorker(url: string, args: string[]): Promise<{ code: number | null; signal: string | null }> {
+  const child = spawn(process.execPath, ['--import', 'tsx', WORKER, url, ...args], {
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  child.stdout.resume();
+  return new Promise((resolve) => child.on('exit', (code, signal) => resolve({ code, signal })));
+}
+
+function counts(list: string[]): Map<string, number> {
+  const m = new Map<string, number>();
+  for (const id of list) m.set(id, (m.get(id) ?? 0) + 1);
+  return m;
+}
+
+describe.skipIf(!HAS_REDIS)('Redis dedupe with a real redis-server', () => {
+  let server: RedisServer;
+  let admin: Redis;
+  beforeAll(async () => {
+    server = await RedisServer.start();
+    admin = new Redis(server.url);
+    admin.on('error', () => undefined); // expected while the server is paused
+  });
+  afterAll(async () => {
+    admin.disconnect();
+    await server.stop();
+  });
+
+  it('keys carry the prefix and the tenant, so tenants never collide', async () => {
+    const a = new RedisDedupeStore({ url: server.url, prefix: 'p', tenant: 'acme', logger: silentLogger() });
+    const b = new RedisDedupeStore({
+      url: server.url,
+      prefix: 'p',
+      tenant: 'globex',
+      logger: silentLogger(),
+    });
+    expect((await a.claim('evt-shared', 5000)).status).toBe('claimed');
+    expect((await b.claim('evt-shared', 5000)).status).toBe('claimed');
+    expect(await admin.exists('p:acme:dedupe:evt-shared', 'p:globex:dedupe:evt-shared')).toBe(2);
+    await Promise.all([a.close(), b.close()]);
+  });
+
+  it('warns at start-up when maxmemory-policy could evict dedupe keys, and not when it is noeviction', async () => {
+    for (const [policy, warns] of [
+      ['allkeys-lru', true],
+      ['volatile-lru', true], // every dedupe key has a TTL: volatile-* evicts them too
+      ['noeviction', false],
+    ] as const) {
+      await admin.config('SET', 'maxmemory-policy', policy);
+      const { logger, lines } = capturingLogger();
+      const store = new RedisDedupeStore({ url: server.url, logger, retentionMs: 3_600_000 });
+      await store.peek('x');
+      await vi.waitFor(() => expect(lines.some((l) => l.msg === 'Redis dedupe store connected')).toBe(true));
+      expect(lines.some((l) => String(l.msg).includes('48 h retry window'))).toBe(true);
+      expect(lines.some((l) => String(l.msg).includes('evict'))).toBe(warns);
+      await store.close();
+    }
+  });
+
+  it('fails closed during an outage (fast, typed), logs it once, and recovers by itself', async () => {
+    const { logger, lines } = capturingLogger();
+    const store = new RedisDedupeStore({ url: server.url, logger });
+    expect((await store.claim('evt-before', 5000)).status).toBe('claimed');
+    await server.pause();
+    await vi.waitFor(() => expect(store.available).toBe(false));
+    const started = Date.now();
+    const failures = await Promise.allSettled(
+      Array.from({ length: 20 }, (_, i) => store.claim(`evt-${i}`, 5000)),
+    );
+    expect(Date.now() - started).toBeLessThan(1000);
+    expect(failures.every((r) => r.status === 'rejected' && r.reason instanceof DedupeUnavailableError)).toBe(
+      true,
+    );
+    await server.resume();
+    await vi.waitFor(() => expect(store.available).toBe(true), { timeout: 10_000 });
+    expect((await store.claim('evt-after', 5000)).status).toBe('claimed');
+    expect(lines.filter((l) => String(l.msg).includes('unreachable'))).toHaveLength(1);
+    expect(lines.filter((l) => String(l.msg).includes('reachable again'))).toHaveLength(1);
+    await store.close();
+  });
+
+  it('a consumer acks nothing new while Redis is down, loses nothing, and resumes when it returns', async () => {
+    const source = new MemorySource();
+    const handled: string[] = [];
+    const { logger, lines } = capturingLogger();
+    const consumer = createConsumer({
+      source,
+      secrets: [{ id: 'current', secret: TEST_SIGNING_SECRET }],
+      dedupe: new RedisDedupeStore({ url: server.url, prefix: 'outage', logger: silentLogger() }),
+      deadLetter: '/dev/null',
+      logger,
+      concurrency: 4,
+      retry: { maxAttempts: 1000, baseDelayMs: 20, maxDelayMs: 100 },
+    });
+    consumer.on('daily.data.steps.created', (event) => void handled.push(event.event_id));
+    const events = Array.from({ length: 300 }, () => createTestEnvelope('daily.data.steps.created'));
+    for (const e of events.slice(0, 100)) source.send(e.raw);
+    await consumer.start();
+    await vi.waitFor(() => expect(handled.length).toBe(100));
+
+    await server.pause();
+    for (const e of events.slice(100)) source.send(e.raw);
+    // While down: every attempt is a retry; nothing is acked.
+    await vi.waitFor(() =>
+      expect(source.settled.filter((s) => s.outcome.kind === 'retry').length).toBeGreaterThan(200),
+    );
+    const ackedBeforeResume = source.settled.filter((s) => s.outcome.kind === 'ack').length;
+    expect(ackedBeforeResume).toBe(100); // the 100 acked before the outage, none during it
+    expect(handled.length).toBe(100);
+    expect(consumer.status.dedupeAvailable).toBe(false);
+    await server.resume();
+
+    await vi.waitFor(() => expect(handled.length).toBe(300), { timeout: 15_000 });
+    expect(new Set(handled).size).toBe(300);
+    expect(consumer.status.dedupeAvailable).toBe(true);
+    expect(source.settled.filter((s) => s.outcome.kind === 'dead')).toHaveLength(0);
+    // One line when it went down, one when it came back: not one per message.
+    expect(lines.filter((l) => String(l.msg).startsWith('dedupe store unavailable'))).toHaveLength(1);
+    expect(lines.filter((l) => String(l.msg).startsWith('dedupe store answering again'))).toHaveLength(1);
+    await consumer.stop();
+  });
+
+  it('two worker processes given the same 1,000 events (shuffled, duplicated) handle each exactly once', async () => {
+    const prefix = `twoproc-${Date.now()}`;
+    const [a, b] = await Promise.all([
+      runWorker(server.url, ['1000', '7', '--prefix', prefix]),
+      runWorker(server.url, ['1000', '99', '--prefix', prefix]),
+    ]);
+    expect(a.code).toBe(0);
+    expect(b.code).toBe(0);
+    const handled = counts(await admin.lrange(`${prefix}:handled`, 0, -1));
+    expect(handled.size).toBe(1000);
+    expect([...handled.values()].every((n) => n === 1)).toBe(true);
+  }, 60_000);
+
+  it('a worker killed mid-handler: after its lease expires another runs the event; nothing is lost', async () => {
+    const prefix = `crash-${Date.now()}`;
+    const victim = 'evt_00500';
+    const lease = '1500';
+    const crashed = runWorker(server.url, [
+      '1000',
+      '3',
+      '--prefix',
+      prefix,
+      '--crash-at',
+      victim,
+      '--lease-ms',
+      lease,
+    ]);
+    // Start the survivor once the victim is mid-handler, holding its lease.
+    await vi.waitFor(async () => expect(await admin.lrange(`${prefix}:started`, 0, -1)).toContain(victim), {
+      timeout: 30_000,
+      interval: 20,
+    });
+    const survivor = runWorker(server.url, ['1000', '5', '--prefix', prefix, '--lease-ms', lease]);
+    expect((await crashed).signal).toBe('SIGKILL');
+    expect((await survivor).code).toBe(0);
+
+    const started = counts(await admin.lrange(`${prefix}:started`, 0, -1));
+    const handled = counts(await admin.lrange(`${prefix}:handled`, 0, -1));
+    expect(started.get(victim)).toBe(2); // the crashed run and the takeover
+    expect(handled.get(victim)).toBe(1);
+    expect(handled.size).toBe(1000); // none lost
+    // Repeats are bounded by the crash window: only events in flight in the killed worker
+    // (at most its concurrency of 8) can have finished there without being marked done.
+    const repeated = [...handled.values()].filter((n) => n > 1).length;
+    expect(repeated).toBeLessThanOrEqual(8);
+  }, 60_000);
+});
