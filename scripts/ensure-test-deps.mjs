@@ -12,13 +12,15 @@ if (!has('redis-server')) {
     const env = { ...process.env, DEBIAN_FRONTEND: 'noninteractive' };
     const update = spawnSync('apt-get', ['update', '-qq'], { stdio: 'inherit', env });
     const install =
-      update.status === 0 &&
-      spawnSync('apt-get', ['install', '-y', '-qq', '--no-install-recommends', 'redis-server'], {
-        stdio: 'inherit',
-        env,
-      });
-    if (!install || install.status !== 0)
+      update.status === 0
+        ? spawnSync('apt-get', ['install', '-y', '-qq', '--no-install-recommends', 'redis-server'], {
+            stdio: 'inherit',
+            env,
+          })
+        : undefined;
+    if (install?.status !== 0) {
       console.error('[pretest] could not install redis-server; Redis suites will be skipped');
+    }
   } else {
     console.error(
       '[pretest] redis-server is not installed: the Redis suites will be skipped. Install it (e.g. apt-get install redis-server) to run them.',
