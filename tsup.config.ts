@@ -7,10 +7,12 @@ export default defineConfig([
       testing: 'src/testing.ts',
       'adapters/memory': 'adapters/memory/index.ts',
       'adapters/file': 'adapters/file/index.ts',
+      'adapters/sqs': 'adapters/sqs/index.ts',
+      'adapters/storage-queue': 'adapters/storage-queue/index.ts',
       'dedupe/redis': 'src/dedupe/redis.ts',
     },
     // Optional peers stay imports: the core never loads them.
-    external: ['ioredis'],
+    external: ['ioredis', '@aws-sdk/client-sqs', '@azure/storage-queue', '@azure/identity'],
     format: ['esm', 'cjs'],
     dts: true,
     clean: true,

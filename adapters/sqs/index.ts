@@ -1,0 +1,2 @@
+// Placeholder: the SQS adapter lands with issue 4.
+export {};

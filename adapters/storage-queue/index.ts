@@ -1,0 +1,2 @@
+// Placeholder: the Storage Queue adapter lands with issue 5.
+export {};
