@@ -12,6 +12,7 @@ export default defineConfig({
       'partner-health-events/redis': here('./src/dedupe/redis.ts'),
       'partner-health-events/sqs': here('./adapters/sqs/index.ts'),
       'partner-health-events/storage-queue': here('./adapters/storage-queue/index.ts'),
+      'partner-health-events/event-hubs': here('./adapters/event-hubs/index.ts'),
       'partner-health-events': here('./src/index.ts'),
     },
   },

@@ -1,0 +1,2 @@
+// Placeholder: the Event Hubs adapter lands with issue 6.
+export {};
