@@ -37,5 +37,13 @@ export interface SourceAdapter<M extends RawMessage = RawMessage> {
    */
   heartbeat?(message: M): Promise<void>;
   readonly heartbeatIntervalMs?: number;
+  /**
+   * The longest one `receive` may block when all is well (an SQS long poll: 20 s). The sidecar's
+   * watchdog reports the worker not ready when a receive hangs well beyond it. Leave it out for
+   * sources that wait for pushes (HTTP ingress, files, memory).
+   */
+  readonly maxReceiveWaitMs?: number;
+  /** False while the source knows it cannot reach its broker (readiness). Absent means unknown. */
+  readonly connected?: boolean;
   close(): Promise<void>;
 }

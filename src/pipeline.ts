@@ -44,6 +44,8 @@ export interface ProcessResult {
   readonly eventId: string | undefined;
   readonly eventType: string | undefined;
   readonly keyId: string | undefined;
+  /** `signed_at` (Unix seconds) of a verified event. */
+  readonly signedAt: number | undefined;
   readonly attempt: number;
   readonly durationMs: number;
 }
@@ -81,6 +83,7 @@ export class Pipeline {
       eventId: verified?.eventId,
       eventType: verified?.eventType,
       keyId: verified?.keyId,
+      signedAt: verified?.signedAt,
       attempt: message.attempt,
       durationMs: performance.now() - started,
     });

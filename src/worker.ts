@@ -38,8 +38,10 @@ export type ConsumerState = 'idle' | 'running' | 'stopping' | 'stopped';
 export interface ConsumerStatus {
   readonly state: ConsumerState;
   readonly inFlight: number;
-  /** Last time `receive` returned (ms); a stalled poller shows here. */
+  /** Last time `receive` returned (ms). */
   readonly lastReceiveAt: number | undefined;
+  /** Since when the current `receive` call has been waiting (ms); a hung poller shows here. */
+  readonly receivingSince: number | undefined;
   readonly lastReceiveError: string | undefined;
   /** False while the dedupe store is unreachable (nothing is acked then). */
   readonly dedupeAvailable: boolean;
@@ -77,6 +79,7 @@ export class Consumer<M extends RawMessage = RawMessage> {
   readonly #receiveAbort = new AbortController();
   #loop: Promise<void> | undefined;
   #lastReceiveAt: number | undefined;
+  #receivingSince: number | undefined;
   #lastReceiveError: string | undefined;
   /** Set by a DEDUPE_UNAVAILABLE outcome, cleared by the next message the store answered. */
   #dedupeFailing = false;
@@ -132,8 +135,10 @@ export class Consumer<M extends RawMessage = RawMessage> {
       state: this.#state,
       inFlight: this.#inFlight,
       lastReceiveAt: this.#lastReceiveAt,
+      receivingSince: this.#receivingSince,
       lastReceiveError: this.#lastReceiveError,
-      dedupeAvailable: (this.#dedupe.available ?? true) && !this.#dedupeFailing,
+      // A store that reports its connection is trusted; otherwise the last outcomes tell.
+      dedupeAvailable: this.#dedupe.available ?? !this.#dedupeFailing,
       keyIds: this.keyring.ids,
     };
   }
@@ -223,15 +228,18 @@ export class Consumer<M extends RawMessage = RawMessage> {
         continue;
       }
       let batch: readonly M[] | null;
+      this.#receivingSince = Date.now();
       try {
         batch = await source.receive(
           Math.min(concurrency - this.#inFlight, source.maxBatchSize),
           this.#receiveAbort.signal,
         );
         this.#lastReceiveAt = Date.now();
+        this.#receivingSince = undefined;
         this.#lastReceiveError = undefined;
         failures = 0;
       } catch (error) {
+        this.#receivingSince = undefined;
         if (this.#receiveAbort.signal.aborted) break;
         failures++;
         this.#lastReceiveError = errorMessage(error);

@@ -37,7 +37,7 @@ export function loadKeyring(secretsFile: string | undefined): Keyring {
  */
 export async function openDedupe(
   spec: string,
-  options: { readOnly?: boolean; logger?: Logger; retentionMs?: number } = {},
+  options: { readOnly?: boolean; logger?: Logger; retentionMs?: number; tenant?: string } = {},
 ): Promise<DedupeStore> {
   if (spec.startsWith('sqlite:')) {
     const path = spec.slice('sqlite:'.length);
@@ -57,7 +57,7 @@ export async function openDedupe(
     }
     return redis.redisDedupe({
       url: spec,
-      tenant: process.env.PARTNER_EVENTS_TENANT ?? 'default',
+      tenant: options.tenant ?? process.env.PARTNER_EVENTS_TENANT ?? 'default',
       ...(options.logger ? { logger: options.logger } : {}),
       ...(options.retentionMs ? { retentionMs: options.retentionMs } : {}),
     });

@@ -1,14 +1,17 @@
-import { existsSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
-import { FileSource } from '../../adapters/file/index.js';
+import type { Logger } from 'pino';
 import type { SourceAdapter } from '../adapter.js';
+import { type ConsumerSettingsInput, consumerSettingsSchema } from '../config.js';
 import { ConfigError } from '../errors.js';
 import { createForwarder, describeUrl } from '../forward.js';
 import { createLogger } from '../logger.js';
+import { ConsumerMetrics } from '../metrics.js';
+import { startOpsServer } from '../ops.js';
 import type { EventPattern, Handler } from '../router.js';
-import { ENV_SECRETS_FILE, readSecretsFile, watchSecrets } from '../secrets.js';
+import { ENV_SECRETS_FILE, type Keyring, readSecretsFile, watchSecrets } from '../secrets.js';
 import { type Consumer, createConsumer } from '../worker.js';
+import { configFromEnv, configFromFile, resolveWorkerConfig, type WorkerConfig } from '../worker-config.js';
 import {
   DEFAULT_DEDUPE,
   loadKeyring,
@@ -18,34 +21,44 @@ import {
   UsageError,
   writeLine,
 } from './common.js';
+import { openSource, SOURCE_FORMS } from './sources.js';
 
-export const RUN_USAGE = `Usage: partner-events run --source SOURCE (--forward URL | --handlers MODULE) [options]
+export const RUN_USAGE = `Usage: partner-events run [--config FILE] [--source SOURCE] (--forward URL | --handlers MODULE) [options]
 
 Runs the worker: receives, verifies, de-duplicates, validates and hands each event to your app,
-acking only on success. SIGTERM/SIGINT drain in-flight work and exit 0. With a secrets file,
-SIGHUP or a change of the file reloads the signing secrets; secrets from environment variables
-need a restart.
+acking only on success. Every setting can come from a config file (YAML or JSON), from an
+environment variable PARTNER_EVENTS_<SETTING> (env beats the file) and, for the common ones, a
+flag (flags beat both); see docs/sidecar.md. SIGTERM/SIGINT drain in-flight work and exit 0.
+With a secrets file, SIGHUP or a change of the file reloads the signing secrets.
 
-  --source SOURCE      file:PATH (JSONL envelopes)
+  --config FILE        YAML or JSON file with any of the settings
+  --source SOURCE      ${SOURCE_FORMS}
   --forward URL        POST each verified body to URL (2xx = success)
   --handlers MODULE    a JS module whose default export maps event patterns to handlers,
                        or is a function (consumer) => void that registers them
-  --dedupe SPEC        sqlite:PATH (default ${DEFAULT_DEDUPE}) or memory
+  --dedupe SPEC        sqlite:PATH (default ${DEFAULT_DEDUPE}), redis://HOST:PORT or memory
   --dead-letter PATH   JSONL file for dead events (default partner-events-dead-letters.jsonl)
   --concurrency N      events processed at once (default 16)
+  --ops-port N         /healthz, /readyz, /metrics port (default 9464; 0 = any free port; -1 = off)
+  --ops-host HOST      interface for the ops endpoints (default 127.0.0.1; 0.0.0.0 in a pod)
   --strict-age         measure signed_at age against the clock, not the broker's enqueue time
-  --secrets-file PATH  secrets file (default: ${ENV_SECRETS_FILE} or PARTNER_EVENTS_SIGNING_SECRET[_PREVIOUS])`;
+  --secrets-file PATH  secrets file (default: ${ENV_SECRETS_FILE} or PARTNER_EVENTS_SIGNING_SECRET[_PREVIOUS])
+  --log-level LEVEL    fatal, error, warn, info (default), debug, trace or silent`;
 
 export async function runCommand(args: string[]): Promise<number> {
   const { values, positionals } = parse(args, {
+    config: { type: 'string' },
     source: { type: 'string' },
     forward: { type: 'string' },
     handlers: { type: 'string' },
-    dedupe: { type: 'string', default: DEFAULT_DEDUPE },
+    dedupe: { type: 'string' },
     'dead-letter': { type: 'string' },
     concurrency: { type: 'string' },
-    'strict-age': { type: 'boolean', default: false },
+    'ops-port': { type: 'string' },
+    'ops-host': { type: 'string' },
+    'strict-age': { type: 'boolean' },
     'secrets-file': { type: 'string' },
+    'log-level': { type: 'string' },
     help: { type: 'boolean', short: 'h', default: false },
   });
   if (values.help) {
@@ -53,69 +66,134 @@ export async function runCommand(args: string[]): Promise<number> {
     return 0;
   }
   if (positionals.length > 0) throw new UsageError(`unexpected argument "${positionals[0]}"`);
-  if (!values.source) throw new UsageError('run needs --source');
-  if (!values.forward === !values.handlers)
-    throw new UsageError('run needs exactly one of --forward URL or --handlers MODULE');
-  const source = openSource(values.source);
-  const secretsFile = values['secrets-file'] ?? process.env[ENV_SECRETS_FILE];
-  const keyring = loadKeyring(secretsFile);
-  const logger = createLogger();
-  const consumer = createConsumer({
+  const flags: Record<string, unknown> = {
+    source: values.source,
+    forward: values.forward,
+    handlers: values.handlers,
+    dedupe: values.dedupe,
+    deadLetter: values['dead-letter'],
+    concurrency:
+      values.concurrency === undefined
+        ? undefined
+        : parsePositiveInt('--concurrency', values.concurrency, 16),
+    strictAge: values['strict-age'],
+    secretsFile: values['secrets-file'],
+    logLevel: values['log-level'],
+    ops: {
+      port: values['ops-port'] === undefined ? undefined : Number(values['ops-port']),
+      host: values['ops-host'],
+    },
+  };
+  const config = resolveWorkerConfig({
+    ...(values.config ? { file: configFromFile(values.config) } : {}),
+    env: configFromEnv(process.env),
+    flags,
+  });
+
+  const logger = createLogger(config.logLevel ? { level: config.logLevel } : {});
+  const keyring = loadKeyring(config.secretsFile);
+  const source = await openSource(config, logger);
+  const dedupe = await openDedupe(config.dedupe, {
+    logger,
+    retentionMs: config.retentionMs,
+    tenant: config.tenant,
+  });
+  let consumer: Consumer | undefined;
+  const metrics = new ConsumerMetrics({
+    inFlight: () => consumer?.status.inFlight ?? 0,
+    ready: () => consumer !== undefined && readiness(consumer, source, config).every,
+  });
+  consumer = createConsumer({
+    ...pickConsumerSettings(config),
     source,
     secrets: keyring,
-    dedupe: await openDedupe(values.dedupe, { logger }),
-    ...(values['dead-letter'] ? { deadLetter: values['dead-letter'] } : {}),
-    concurrency: parsePositiveInt('--concurrency', values.concurrency, 16),
-    strictAge: values['strict-age'],
+    dedupe,
+    deadLetter: config.deadLetter,
     logger,
+    onSettled: (report) => metrics.observe(report),
   });
-  if (values.forward) {
-    const forward = createForwarder({ url: values.forward, timeoutMs: 10_000 });
+  if (config.forward) {
+    const forward = createForwarder(config.forward);
     consumer.on('*', forward).onUnknown(forward);
-    logger.info({ forward: describeUrl(values.forward) }, 'forwarding verified events');
+    logger.info({ forward: describeUrl(config.forward.url) }, 'forwarding verified events');
   } else {
-    await registerHandlers(consumer, values.handlers as string);
+    await registerHandlers(consumer, config.handlers as string);
   }
 
-  let stopWatching: () => void;
-  if (secretsFile) {
-    stopWatching = watchSecrets(keyring, () => readSecretsFile(secretsFile), {
-      files: [secretsFile],
-      onReload: (ids) => logger.info({ key_ids: ids }, 'signing secrets reloaded'),
-      onError: (error) =>
-        logger.error({ err: (error as Error).message }, 'secrets reload failed: keeping the previous keys'),
-    });
-  } else {
-    // The environment of a running process cannot change; still, SIGHUP must not kill the worker.
-    const onHup = () =>
-      logger.warn(
-        'SIGHUP: secrets come from environment variables, which need a restart to change; use a secrets file to reload live',
-      );
-    process.on('SIGHUP', onHup);
-    stopWatching = () => process.off('SIGHUP', onHup);
-  }
+  const running = consumer;
+  const ops =
+    config.ops.port >= 0
+      ? await startOpsServer({
+          host: config.ops.host,
+          port: config.ops.port,
+          registry: metrics.registry,
+          alive: () => running.status.state !== 'stopped',
+          readiness: () => readiness(running, source, config).checks,
+        })
+      : undefined;
+  if (ops) logger.info({ ops: ops.url }, 'operations endpoints: /healthz /readyz /metrics');
+
+  const stopWatching = watchSecretsFor(keyring, config.secretsFile, logger);
   const stop = (signal: NodeJS.Signals) => {
     logger.info({ signal }, 'stopping: draining in-flight events');
-    void consumer.stop();
+    void running.stop();
   };
   process.once('SIGTERM', stop);
   process.once('SIGINT', stop);
-  await consumer.start();
-  await consumer.stopped;
+  await running.start();
+  await running.stopped;
   stopWatching();
+  await ops?.close();
   process.off('SIGTERM', stop);
   process.off('SIGINT', stop);
   return 0;
 }
 
-function openSource(spec: string): SourceAdapter {
-  if (spec.startsWith('file:')) {
-    const path = spec.slice('file:'.length);
-    if (!path) throw new UsageError('--source file: needs a path');
-    if (!existsSync(path)) throw new UsageError(`--source ${spec}: no such file`);
-    return new FileSource({ path });
+function pickConsumerSettings(config: WorkerConfig): ConsumerSettingsInput {
+  const keys = Object.keys(consumerSettingsSchema.shape) as (keyof ConsumerSettingsInput)[];
+  return Object.fromEntries(keys.map((k) => [k, config[k]])) as ConsumerSettingsInput;
+}
+
+/** The checks behind /readyz: source reachable, dedupe reachable, secrets loaded, poller alive. */
+function readiness(consumer: Consumer, source: SourceAdapter, config: WorkerConfig) {
+  const status = consumer.status;
+  const now = Date.now();
+  const stalledFor =
+    status.receivingSince !== undefined && source.maxReceiveWaitMs !== undefined
+      ? now - status.receivingSince - source.maxReceiveWaitMs
+      : 0;
+  const checks = {
+    source: {
+      ok: (source.connected ?? true) && status.lastReceiveError === undefined,
+      ...(status.lastReceiveError ? { detail: status.lastReceiveError } : {}),
+    },
+    dedupe: { ok: status.dedupeAvailable },
+    secrets: { ok: consumer.keyring.active().length > 0, detail: `keys: ${status.keyIds.join(', ')}` },
+    poller: {
+      ok: status.state === 'running' && stalledFor < config.ops.stallAfterMs,
+      detail:
+        stalledFor > 0 ? `receive pending ${Math.round(stalledFor / 1000)}s past its wait` : status.state,
+    },
+  };
+  return { checks, every: Object.values(checks).every((c) => c.ok) };
+}
+
+function watchSecretsFor(keyring: Keyring, secretsFile: string | undefined, logger: Logger): () => void {
+  if (secretsFile) {
+    return watchSecrets(keyring, () => readSecretsFile(secretsFile), {
+      files: [secretsFile],
+      onReload: (ids) => logger.info({ key_ids: ids }, 'signing secrets reloaded'),
+      onError: (error) =>
+        logger.error({ err: (error as Error).message }, 'secrets reload failed: keeping the previous keys'),
+    });
   }
-  throw new UsageError(`unknown --source "${spec}": supported here is file:PATH`);
+  // The environment of a running process cannot change; still, SIGHUP must not kill the worker.
+  const onHup = () =>
+    logger.warn(
+      'SIGHUP: secrets come from environment variables, which need a restart to change; use a secrets file to reload live',
+    );
+  process.on('SIGHUP', onHup);
+  return () => process.off('SIGHUP', onHup);
 }
 
 type HandlerMap = Partial<Record<EventPattern | 'unknown', Handler<never>>>;

@@ -24,6 +24,7 @@ export function startCli(
       ...process.env,
       PARTNER_EVENTS_SIGNING_SECRET: TEST_SIGNING_SECRET,
       LOG_LEVEL: 'warn',
+      PARTNER_EVENTS_OPS_PORT: '-1', // tests that want the ops endpoints ask for port 0
       ...options.env,
     },
     stdio: ['pipe', 'pipe', 'pipe'],

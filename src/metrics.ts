@@ -1,0 +1,103 @@
+import { Counter, Gauge, Histogram, Registry } from 'prom-client';
+import type { RawMessage } from './adapter.js';
+import type { SettledReport } from './worker.js';
+
+/**
+ * Prometheus metrics of a consumer, fed by its `onSettled` reports. Label values are bounded:
+ * error codes are a fixed set, event types are the signed ones, key ids are the configured ones.
+ */
+export class ConsumerMetrics {
+  readonly registry: Registry;
+  readonly #received: Counter;
+  readonly #verified: Counter<'key_id'>;
+  readonly #rejected: Counter<'code'>;
+  readonly #duplicates: Counter;
+  readonly #handled: Counter<'event_type'>;
+  readonly #ignored: Counter;
+  readonly #retried: Counter<'code'>;
+  readonly #dead: Counter<'code'>;
+  readonly #latency: Histogram<'outcome'>;
+  readonly #age: Histogram;
+
+  constructor(options: { registry?: Registry; inFlight?: () => number; ready?: () => boolean } = {}) {
+    this.registry = options.registry ?? new Registry();
+    const registers = [this.registry];
+    const counter = <L extends string>(name: string, help: string, labelNames: L[] = []) =>
+      new Counter<L>({ name: `partner_events_${name}`, help, labelNames, registers });
+    this.#received = counter(
+      'received_total',
+      'Deliveries settled (each delivery of a message counts once).',
+    );
+    this.#verified = counter(
+      'verified_total',
+      'Deliveries whose signature verified, by the matching secret id.',
+      ['key_id'],
+    );
+    this.#rejected = counter(
+      'rejected_total',
+      'Deliveries that failed verification or validation, by code.',
+      ['code'],
+    );
+    this.#duplicates = counter('duplicates_total', 'Deliveries acked as duplicates of a handled event.');
+    this.#handled = counter('handled_total', 'Events whose handlers succeeded.', ['event_type']);
+    this.#ignored = counter('ignored_total', 'Events acked without a handler (no route, or unknown type).');
+    this.#retried = counter('retried_total', 'Deliveries given back for a retry, by code.', ['code']);
+    this.#dead = counter('dead_lettered_total', 'Deliveries written to the dead letters, by code.', ['code']);
+    this.#latency = new Histogram({
+      name: 'partner_events_processing_seconds',
+      help: 'Time from receipt to outcome (verification, dedupe, handlers), by outcome.',
+      labelNames: ['outcome'],
+      buckets: [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30],
+      registers,
+    });
+    this.#age = new Histogram({
+      name: 'partner_events_event_age_seconds',
+      help: 'Age of verified events at receipt (now − signed_at): queue lag, or clock skew when negative.',
+      buckets: [-60, -5, 0, 1, 5, 15, 60, 300, 900, 3600, 21_600, 86_400],
+      registers,
+    });
+    const { inFlight, ready } = options;
+    new Gauge({
+      name: 'partner_events_in_flight',
+      help: 'Messages being processed now.',
+      registers,
+      collect() {
+        this.set(inFlight?.() ?? 0);
+      },
+    });
+    new Gauge({
+      name: 'partner_events_ready',
+      help: '1 when /readyz would answer 200.',
+      registers,
+      collect() {
+        this.set(ready?.() ? 1 : 0);
+      },
+    });
+  }
+
+  /** Pass as (or call from) the consumer's `onSettled`. */
+  observe(report: SettledReport<RawMessage>, nowMs: number = Date.now()): void {
+    const { outcome } = report;
+    this.#received.inc();
+    if (report.keyId !== undefined) this.#verified.inc({ key_id: report.keyId });
+    if (report.signedAt !== undefined && report.attempt === 1)
+      this.#age.observe(nowMs / 1000 - report.signedAt);
+    this.#latency.observe({ outcome: outcome.kind }, report.durationMs / 1000);
+    if (outcome.kind === 'ack') {
+      if (outcome.result === 'handled') this.#handled.inc({ event_type: report.eventType ?? 'unknown' });
+      else if (outcome.result === 'duplicate') this.#duplicates.inc();
+      else this.#ignored.inc();
+      return;
+    }
+    // Rejected: the message itself is bad (it failed verification, or its body is invalid).
+    if (
+      report.keyId === undefined ||
+      outcome.code === 'SCHEMA_INVALID' ||
+      outcome.code === 'UNKNOWN_EVENT_TYPE'
+    ) {
+      this.#rejected.inc({ code: outcome.code });
+    }
+    if (outcome.kind === 'retry') this.#retried.inc({ code: outcome.code });
+    else this.#dead.inc({ code: outcome.code });
+  }
+}

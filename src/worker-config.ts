@@ -1,0 +1,189 @@
+import { readFileSync } from 'node:fs';
+import { parse as parseYaml } from 'yaml';
+import { z } from 'zod';
+import { consumerSettingsSchema } from './config.js';
+import { ConfigError } from './errors.js';
+
+const forwardSchema = z.strictObject({
+  /** The app's endpoint; each verified body is POSTed here. */
+  url: z.url({ protocol: /^https?$/ }),
+  /** Per request, in ms. */
+  timeoutMs: z.number().int().positive().default(10_000),
+  /** Extra request headers (e.g. an internal token for the app). */
+  headers: z.record(z.string(), z.string()).default({}),
+});
+
+/**
+ * The sidecar's whole configuration: the consumer settings plus where events come from, where
+ * they go and how the worker is operated. One schema for config files, environment variables and
+ * flags; `z.input` is what a file may contain.
+ */
+export const workerConfigSchema = consumerSettingsSchema
+  .extend({
+    /** `file:PATH`, `http://HOST:PORT/PATH` (ingress), an SQS queue URL, `azure-storage-queue:NAME`, `https://ACCOUNT.queue.core.windows.net/QUEUE`, `azure-event-hubs:HUB`. */
+    source: z.string().min(1),
+    /** Forward verified events to the app (a URL, or `{ url, timeoutMs, headers }`). */
+    forward: z.preprocess((v) => (typeof v === 'string' ? { url: v } : v), forwardSchema).optional(),
+    /** Or: a JS module whose default export maps event patterns to handlers. */
+    handlers: z.string().min(1).optional(),
+    /** `sqlite:PATH`, `redis://…`, `rediss://…` or `memory`. */
+    dedupe: z.string().min(1).default('sqlite:partner-events-dedupe.db'),
+    /** JSONL file for dead events. */
+    deadLetter: z.string().min(1).default('partner-events-dead-letters.jsonl'),
+    /** Signing secrets file (JSON key list or one raw secret), reloaded on change and SIGHUP. */
+    secretsFile: z.string().min(1).optional(),
+    /** Second part of every Redis dedupe key. */
+    tenant: z.string().min(1).default('default'),
+    /** Event Hubs consumer group. */
+    consumerGroup: z.string().min(1).default('$Default'),
+    ops: z
+      .strictObject({
+        /** Port of /healthz, /readyz and /metrics; 0 picks a free one, -1 turns them off. */
+        port: z.number().int().min(-1).max(65_535).default(9464),
+        /** Interface to bind; `0.0.0.0` in a pod so the kubelet's probes can reach it. */
+        host: z.string().min(1).default('127.0.0.1'),
+        /** A receive pending longer than this (beyond the source's own wait) marks the worker not ready. */
+        stallAfterMs: z.number().int().positive().default(120_000),
+      })
+      .prefault({}),
+    /** Default: the `LOG_LEVEL` environment variable, else `info`. */
+    logLevel: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).optional(),
+  })
+  .refine((c) => (c.forward === undefined) !== (c.handlers === undefined), {
+    message: 'set exactly one of forward (a URL) or handlers (a module path)',
+    path: ['forward'],
+  });
+
+export type WorkerConfigInput = z.input<typeof workerConfigSchema>;
+export type WorkerConfig = z.output<typeof workerConfigSchema>;
+
+export const ENV_PREFIX = 'PARTNER_EVENTS_';
+
+type Plain = Record<string, unknown>;
+
+/** `retry.maxAttempts` → `PARTNER_EVENTS_RETRY_MAX_ATTEMPTS`. */
+export function envName(path: readonly string[]): string {
+  return ENV_PREFIX + path.map((p) => p.replace(/[A-Z]/g, (c) => `_${c}`).toUpperCase()).join('_');
+}
+
+interface Leaf {
+  path: string[];
+  kind: string;
+}
+
+/** Every settable leaf of the schema, with its kind (to parse environment strings). */
+export function configLeaves(): Leaf[] {
+  const leaves: Leaf[] = [];
+  const walk = (schema: z.ZodType, path: string[]) => {
+    let t = schema as z.ZodType & { _zod: { def: { type: string; innerType?: z.ZodType; out?: z.ZodType } } };
+    // Unwrap default / optional / prefault / pipe (preprocess) wrappers.
+    for (;;) {
+      const def = t._zod.def;
+      if (def.innerType) t = def.innerType as typeof t;
+      else if (def.type === 'pipe' && def.out) t = def.out as typeof t;
+      else break;
+    }
+    const shape = (t as unknown as { shape?: Record<string, z.ZodType> }).shape;
+    if (t._zod.def.type === 'object' && shape && path.length < 2) {
+      for (const [key, child] of Object.entries(shape)) walk(child, [...path, key]);
+    } else {
+      leaves.push({ path, kind: t._zod.def.type });
+    }
+  };
+  walk(workerConfigSchema, []); // zod 4's `.refine()` keeps the object schema and its shape
+  return leaves;
+}
+
+/** Reads `PARTNER_EVENTS_*` variables into a partial config (numbers, booleans and JSON parsed). */
+export function configFromEnv(env: NodeJS.ProcessEnv): Plain {
+  const out: Plain = {};
+  for (const leaf of configLeaves()) {
+    const raw = env[envName(leaf.path)];
+    if (raw === undefined || raw === '') continue;
+    let value: unknown = raw;
+    if (leaf.kind === 'number') value = Number(raw);
+    else if (leaf.kind === 'boolean') value = raw === 'true' ? true : raw === 'false' ? false : raw;
+    else if (leaf.kind === 'record') {
+      try {
+        value = JSON.parse(raw);
+      } catch {
+        throw new ConfigError(`${envName(leaf.path)} must be a JSON object`);
+      }
+    }
+    setPath(out, leaf.path, value);
+  }
+  return out;
+}
+
+/** Reads a YAML or JSON config file (by extension; YAML is a superset, so both parse). */
+export function configFromFile(path: string): Plain {
+  let text: string;
+  try {
+    text = readFileSync(path, 'utf8');
+  } catch (cause) {
+    throw new ConfigError(`cannot read config file ${path}`, { cause });
+  }
+  let doc: unknown;
+  try {
+    doc = path.endsWith('.json') ? JSON.parse(text) : parseYaml(text);
+  } catch (cause) {
+    throw new ConfigError(
+      `config file ${path} is not valid ${path.endsWith('.json') ? 'JSON' : 'YAML'}: ${(cause as Error).message}`,
+    );
+  }
+  if (doc === null || doc === undefined) return {};
+  if (typeof doc !== 'object' || Array.isArray(doc))
+    throw new ConfigError(`config file ${path} must hold a mapping of settings`);
+  return doc as Plain;
+}
+
+/**
+ * Defaults < config file < environment < flags. Validated once, before anything connects;
+ * errors name every bad field (with its environment variable).
+ */
+export function resolveWorkerConfig(layers: { file?: Plain; env?: Plain; flags?: Plain }): WorkerConfig {
+  const [file, env, flags] = [layers.file, layers.env, layers.flags].map(normaliseForward);
+  const merged = deepMerge(deepMerge(file ?? {}, env ?? {}), flags ?? {});
+  const result = workerConfigSchema.safeParse(merged);
+  if (!result.success) {
+    const lines = result.error.issues.map((issue) => {
+      const path = issue.path.map(String);
+      const where = path.length ? `${path.join('.')} (${envName(path)})` : '(config)';
+      return `  - ${where}: ${issue.message}`;
+    });
+    throw new ConfigError(`invalid configuration:\n${lines.join('\n')}`, {
+      details: { issues: result.error.issues },
+    });
+  }
+  return result.data;
+}
+
+/** `forward: URL` is shorthand for `forward: { url: URL }`; expand it so layers merge field by field. */
+function normaliseForward(layer: Plain | undefined): Plain | undefined {
+  if (typeof layer?.forward !== 'string') return layer;
+  return { ...layer, forward: { url: layer.forward } };
+}
+
+function setPath(target: Plain, path: readonly string[], value: unknown): void {
+  let node = target;
+  for (const key of path.slice(0, -1)) {
+    const next = node[key];
+    if (typeof next !== 'object' || next === null) node[key] = {};
+    node = node[key] as Plain;
+  }
+  node[path[path.length - 1] as string] = value;
+}
+
+function deepMerge(base: Plain, over: Plain): Plain {
+  const out: Plain = { ...base };
+  for (const [key, value] of Object.entries(over)) {
+    if (value === undefined) continue;
+    const current = out[key];
+    out[key] = isPlain(value) && isPlain(current) ? deepMerge(current, value) : value;
+  }
+  return out;
+}
+
+function isPlain(value: unknown): value is Plain {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
+}

@@ -1,0 +1,289 @@
+/**
+ * The sidecar as a user runs it: `partner-events run` as a child process, an app on 127.0.0.1,
+ * envelopes POSTed to its HTTP ingress or read from a file, and its ops endpoints.
+ */
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { createTestEnvelope, forgedEnvelope, TEST_SIGNING_SECRET } from '../src/testing.js';
+import { runCli, startApp, startCli } from './support/cli.js';
+import { tempDir } from './support/harness.js';
+import { HAS_REDIS, RedisServer } from './support/redis-server.js';
+
+let dir: ReturnType<typeof tempDir>;
+beforeEach(() => {
+  dir = tempDir('phe-sidecar-');
+});
+afterEach(() => dir.cleanup());
+
+type LogLine = { msg?: string; [k: string]: unknown };
+
+/** Starts `run` with info logs on stdout; resolves once its ingress and ops endpoints are up. */
+async function startSidecar(args: string[], env: NodeJS.ProcessEnv = {}) {
+  const cli = startCli(['run', '--ops-port', '0', ...args], { env: { LOG_LEVEL: 'info', ...env } });
+  const logs = (): LogLine[] =>
+    cli
+      .output()
+      .split('\n')
+      .filter((l) => l.startsWith('{'))
+      .map((l) => JSON.parse(l) as LogLine);
+  const find = (msg: string) => logs().find((l) => l.msg?.startsWith(msg));
+  await vi.waitFor(() => expect(find('consumer started')).toBeDefined(), { timeout: 15_000, interval: 25 });
+  const ingress = String(find('listening for envelopes')?.ingress ?? '');
+  const ops = String(find('operations endpoints')?.ops ?? '');
+  return { ...cli, logs, find, ingress, ops };
+}
+
+async function post(url: string, body: string) {
+  const res = await fetch(url, { method: 'POST', body, headers: { 'content-type': 'application/json' } });
+  return { status: res.status, body: (await res.json()) as Record<string, unknown> };
+}
+
+function metric(text: string, name: string, labels = ''): number {
+  const line = text.split('\n').find((l) => l.startsWith(`${name}${labels ? `{${labels}}` : ''} `));
+  return line ? Number(line.split(' ').at(-1)) : 0;
+}
+
+describe('sidecar configuration', () => {
+  it('names the field, its environment variable and the problem, before anything connects', async () => {
+    const config = join(dir.path, 'worker.yaml');
+    writeFileSync(
+      config,
+      'source: file:/nowhere\nconcurrency: many\nretry:\n  maxAttemps: 3\nforward: not a url\n',
+    );
+    const result = await runCli(['run', '--config', config]);
+    expect(result.code).toBe(2);
+    expect(result.stderr).toContain('CONFIG_INVALID');
+    expect(result.stderr).toContain('concurrency (PARTNER_EVENTS_CONCURRENCY)');
+    expect(result.stderr).toContain('maxAttemps');
+    expect(result.stderr).toContain('forward.url (PARTNER_EVENTS_FORWARD_URL)');
+  });
+
+  it('layers file < environment < flags', async () => {
+    const app = await startApp();
+    try {
+      const events = join(dir.path, 'events.jsonl');
+      writeFileSync(events, `${createTestEnvelope('daily.data.steps.created').raw}\n`);
+      const config = join(dir.path, 'worker.json');
+      writeFileSync(
+        config,
+        JSON.stringify({ source: 'file:/does/not/exist', forward: { url: 'http://127.0.0.1:9/x' } }),
+      );
+      // The file's source is overridden by the environment, its forward URL by a flag.
+      const result = await runCli(['run', '--config', config, '--forward', app.url, '--dedupe', 'memory'], {
+        env: { PARTNER_EVENTS_SOURCE: `file:${events}` },
+      });
+      expect(result.code).toBe(0);
+      expect(app.received).toHaveLength(1);
+    } finally {
+      await app.close();
+    }
+  });
+});
+
+describe('sidecar with HTTP ingress', () => {
+  it('forwards verified events, answers each sender with its outcome, and counts it all in /metrics', async () => {
+    const app = await startApp();
+    const sidecar = await startSidecar([
+      '--source',
+      'http://127.0.0.1:0/events',
+      '--forward',
+      app.url,
+      '--dedupe',
+      'memory',
+    ]);
+    try {
+      const a = createTestEnvelope('daily.data.heart_rate.created');
+      const b = createTestEnvelope('coach.nudge.created');
+      expect(await post(sidecar.ingress, a.raw)).toEqual({
+        status: 200,
+        body: { outcome: 'ack', result: 'handled' },
+      });
+      expect((await post(sidecar.ingress, b.raw)).status).toBe(200);
+      expect(await post(sidecar.ingress, a.raw)).toEqual({
+        status: 200,
+        body: { outcome: 'ack', result: 'duplicate' },
+      });
+      const forged = await post(sidecar.ingress, forgedEnvelope('daily.data.steps.created').raw);
+      expect(forged.status).toBe(503);
+      expect(forged.body).toMatchObject({ outcome: 'retry', code: 'SIGNATURE_MISMATCH' });
+      const broken = await post(sidecar.ingress, '{"not": "an envelope"}');
+      expect(broken).toMatchObject({
+        status: 422,
+        body: { outcome: 'rejected', code: 'MALFORMED_ENVELOPE' },
+      });
+      expect(app.received.map((r) => r.headers['partner-event-id']).sort()).toEqual(
+        [a.eventId, b.eventId].sort(),
+      );
+      expect(app.received[0]?.headers['partner-event-attempt']).toBe('1');
+
+      const metrics = await (await fetch(`${sidecar.ops}/metrics`)).text();
+      expect(metric(metrics, 'partner_events_received_total')).toBe(5);
+      expect(metric(metrics, 'partner_events_verified_total', 'key_id="current"')).toBe(3);
+      expect(
+        metric(metrics, 'partner_events_handled_total', 'event_type="daily.data.heart_rate.created"'),
+      ).toBe(1);
+      expect(metric(metrics, 'partner_events_handled_total', 'event_type="coach.nudge.created"')).toBe(1);
+      expect(metric(metrics, 'partner_events_duplicates_total')).toBe(1);
+      expect(metric(metrics, 'partner_events_rejected_total', 'code="SIGNATURE_MISMATCH"')).toBe(1);
+      expect(metric(metrics, 'partner_events_retried_total', 'code="SIGNATURE_MISMATCH"')).toBe(1);
+      expect(metric(metrics, 'partner_events_dead_lettered_total', 'code="MALFORMED_ENVELOPE"')).toBe(1);
+      expect(metric(metrics, 'partner_events_processing_seconds_count', 'outcome="ack"')).toBe(3);
+      expect(metric(metrics, 'partner_events_event_age_seconds_count')).toBe(3);
+      expect(metric(metrics, 'partner_events_in_flight')).toBe(0);
+      expect((await fetch(`${sidecar.ops}/healthz`)).status).toBe(200);
+      const ready = await fetch(`${sidecar.ops}/readyz`);
+      expect(ready.status).toBe(200);
+      expect(await ready.json()).toMatchObject({
+        ready: true,
+        checks: { dedupe: { ok: true }, secrets: { ok: true } },
+      });
+      // One log line per outcome, with id, type, code and attempt; never a secret.
+      const acked = sidecar.logs().filter((l) => l.msg === 'event acked');
+      expect(acked.map((l) => l.outcome).sort()).toEqual(['duplicate', 'handled', 'handled']);
+      expect(sidecar.logs().find((l) => l.code === 'SIGNATURE_MISMATCH')).toMatchObject({
+        attempt: 1,
+        outcome: 'retry',
+      });
+      expect(sidecar.output()).not.toContain(TEST_SIGNING_SECRET);
+    } finally {
+      sidecar.child.kill('SIGTERM');
+      await sidecar.done;
+      await app.close();
+    }
+  });
+
+  it('retries when the app fails, and succeeds once it recovers', async () => {
+    let failures = 2;
+    const app = await startApp(() => (failures-- > 0 ? 500 : 204));
+    const events = join(dir.path, 'events.jsonl');
+    const event = createTestEnvelope('daily.data.steps.created');
+    writeFileSync(events, `${event.raw}\n`);
+    const result = await runCli(
+      ['run', '--source', `file:${events}`, '--forward', app.url, '--dedupe', 'memory'],
+      {
+        env: { PARTNER_EVENTS_RETRY_BASE_DELAY_MS: '20', LOG_LEVEL: 'info' },
+      },
+    );
+    await app.close();
+    expect(result.code).toBe(0);
+    expect(app.received).toHaveLength(3);
+    expect(app.received.map((r) => r.headers['partner-event-attempt'])).toEqual(['1', '2', '3']);
+    expect(result.stdout).toContain('"outcome":"handled"');
+  });
+
+  it('SIGTERM mid-batch: every request gets a definite answer and nothing acked went unforwarded', async () => {
+    const app = await startApp();
+    const sidecar = await startSidecar([
+      '--source',
+      'http://127.0.0.1:0/events',
+      '--forward',
+      app.url,
+      '--dedupe',
+      'memory',
+      '--concurrency',
+      '4',
+    ]);
+    const events = Array.from({ length: 40 }, () => createTestEnvelope('daily.data.steps.created'));
+    const answers = events.map((e) => post(sidecar.ingress, e.raw).catch(() => ({ status: 0, body: {} })));
+    await vi.waitFor(() => expect(app.received.length).toBeGreaterThan(0), { interval: 5 });
+    sidecar.child.kill('SIGTERM');
+    const settled = await Promise.all(answers);
+    const result = await sidecar.done;
+    await app.close();
+    expect(result.code).toBe(0);
+    const acked = new Set(events.filter((_, i) => settled[i]?.status === 200).map((e) => e.eventId));
+    const forwarded = new Set(app.received.map((r) => String(r.headers['partner-event-id'])));
+    // Acked means forwarded; everything else was told to retry (503) or could not connect (0).
+    for (const id of acked) expect(forwarded.has(id)).toBe(true);
+    expect(settled.every((s) => [200, 503, 0].includes(s?.status ?? -1))).toBe(true);
+    expect(acked.size).toBeGreaterThan(0);
+  });
+
+  it('rotates secrets from a file while events flow: the old key passes in its grace window, then fails', async () => {
+    const app = await startApp();
+    const secrets = join(dir.path, 'secrets.json');
+    const write = (keys: object[]) => writeFileSync(secrets, JSON.stringify({ keys }));
+    write([{ id: 'old', secret: 'the-old-signing-secret' }]);
+    const sidecar = await startSidecar(
+      [
+        '--source',
+        'http://127.0.0.1:0/events',
+        '--forward',
+        app.url,
+        '--dedupe',
+        'memory',
+        '--secrets-file',
+        secrets,
+      ],
+      { PARTNER_EVENTS_SIGNING_SECRET: '' },
+    );
+    const signed = (secret: string) => createTestEnvelope('daily.data.steps.created', { secret }).raw;
+    try {
+      expect((await post(sidecar.ingress, signed('the-old-signing-secret'))).status).toBe(200);
+      expect((await post(sidecar.ingress, signed('the-new-signing-secret'))).status).toBe(503);
+      const graceEnds = Date.now() + 2500;
+      write([
+        { id: 'new', secret: 'the-new-signing-secret' },
+        { id: 'old', secret: 'the-old-signing-secret', not_after: new Date(graceEnds).toISOString() },
+      ]);
+      await vi.waitFor(() => expect(sidecar.find('signing secrets reloaded')).toBeDefined(), {
+        timeout: 5000,
+      });
+      expect((await post(sidecar.ingress, signed('the-new-signing-secret'))).status).toBe(200);
+      expect((await post(sidecar.ingress, signed('the-old-signing-secret'))).status).toBe(200);
+      await vi.waitFor(() => expect(Date.now()).toBeGreaterThan(graceEnds), { timeout: 5000, interval: 100 });
+      const late = await post(sidecar.ingress, signed('the-old-signing-secret'));
+      expect(late).toMatchObject({ status: 503, body: { code: 'SIGNATURE_MISMATCH' } });
+      expect((await post(sidecar.ingress, signed('the-new-signing-secret'))).status).toBe(200);
+      const keys = () =>
+        sidecar
+          .logs()
+          .filter((l) => l.msg === 'event acked')
+          .map((l) => l.key_id);
+      await vi.waitFor(() => expect(keys()).toEqual(['old', 'new', 'old', 'new']));
+      expect(sidecar.output()).not.toContain('the-old-signing-secret');
+    } finally {
+      sidecar.child.kill('SIGTERM');
+      await sidecar.done;
+      await app.close();
+    }
+  });
+
+  it.skipIf(!HAS_REDIS)(
+    '/readyz flips when the dedupe store goes away, and back when it returns',
+    async () => {
+      const redis = await RedisServer.start();
+      const app = await startApp();
+      const sidecar = await startSidecar([
+        '--source',
+        'http://127.0.0.1:0/events',
+        '--forward',
+        app.url,
+        '--dedupe',
+        redis.url,
+      ]);
+      try {
+        const ready = async () => (await fetch(`${sidecar.ops}/readyz`)).status;
+        await vi.waitFor(async () => expect(await ready()).toBe(200), { timeout: 5000 });
+        await redis.pause();
+        await vi.waitFor(async () => expect(await ready()).toBe(503), { timeout: 5000 });
+        const body = await (await fetch(`${sidecar.ops}/readyz`)).json();
+        expect(body).toMatchObject({ ready: false, checks: { dedupe: { ok: false } } });
+        // Nothing is acked meanwhile: the sender is told to retry.
+        const during = await post(sidecar.ingress, createTestEnvelope('daily.data.steps.created').raw);
+        expect(during).toMatchObject({ status: 503, body: { code: 'DEDUPE_UNAVAILABLE' } });
+        await redis.resume();
+        await vi.waitFor(async () => expect(await ready()).toBe(200), { timeout: 10_000 });
+        expect((await post(sidecar.ingress, createTestEnvelope('daily.data.steps.created').raw)).status).toBe(
+          200,
+        );
+      } finally {
+        sidecar.child.kill('SIGTERM');
+        await sidecar.done;
+        await app.close();
+        await redis.stop();
+      }
+    },
+  );
+});
