@@ -7,6 +7,7 @@ export default defineConfig([
       testing: 'src/testing.ts',
       'adapters/memory': 'adapters/memory/index.ts',
       'adapters/file': 'adapters/file/index.ts',
+      'adapters/http': 'adapters/http/index.ts',
       'adapters/sqs': 'adapters/sqs/index.ts',
       'adapters/storage-queue': 'adapters/storage-queue/index.ts',
       'adapters/event-hubs': 'adapters/event-hubs/index.ts',

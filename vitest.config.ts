@@ -9,6 +9,7 @@ export default defineConfig({
       'partner-health-events/testing': here('./src/testing.ts'),
       'partner-health-events/memory': here('./adapters/memory/index.ts'),
       'partner-health-events/file': here('./adapters/file/index.ts'),
+      'partner-health-events/http': here('./adapters/http/index.ts'),
       'partner-health-events/redis': here('./src/dedupe/redis.ts'),
       'partner-health-events/sqs': here('./adapters/sqs/index.ts'),
       'partner-health-events/storage-queue': here('./adapters/storage-queue/index.ts'),

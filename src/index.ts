@@ -53,6 +53,8 @@ export {
 } from './events/index.js';
 export { createForwarder, type ForwardOptions } from './forward.js';
 export { createLogger, silentLogger } from './logger.js';
+export { ConsumerMetrics } from './metrics.js';
+export { type OpsServer, type OpsServerOptions, type ReadinessCheck, startOpsServer } from './ops.js';
 export {
   type AckResult,
   backoffDelay,
@@ -74,6 +76,15 @@ export {
 } from './secrets.js';
 export { matchSignature, sign } from './signature.js';
 export { type VerifiedMessage, type VerifyOptions, verifyMessage } from './verify.js';
+export {
+  configFromEnv,
+  configFromFile,
+  envName,
+  resolveWorkerConfig,
+  type WorkerConfig,
+  type WorkerConfigInput,
+  workerConfigSchema,
+} from './worker-config.js';
 export {
   Consumer,
   type ConsumerOptions,

@@ -287,3 +287,28 @@ describe('sidecar with HTTP ingress', () => {
     },
   );
 });
+
+describe('deployment examples', () => {
+  it('the Kubernetes example’s worker config is valid for this version', async () => {
+    const { readFileSync } = await import('node:fs');
+    const { parseAllDocuments } = await import('yaml');
+    const { resolveWorkerConfig } = await import('../src/worker-config.js');
+    const docs = parseAllDocuments(readFileSync('examples/kubernetes/sidecar.yaml', 'utf8')).map((d) =>
+      d.toJS(),
+    );
+    const configMap = docs.find((d) => d?.kind === 'ConfigMap');
+    const { parse } = await import('yaml');
+    const config = resolveWorkerConfig({ file: parse(configMap.data['worker.yaml']) });
+    expect(config).toMatchObject({
+      tenant: 'acme',
+      ops: { host: '0.0.0.0', port: 9464 },
+      forward: { timeoutMs: 10_000 },
+    });
+    const deployment = docs.find((d) => d?.kind === 'Deployment');
+    const sidecar = deployment.spec.template.spec.containers.find(
+      (c: { name: string }) => c.name === 'partner-events',
+    );
+    expect(sidecar.readinessProbe.httpGet.path).toBe('/readyz');
+    expect(sidecar.livenessProbe.httpGet.path).toBe('/healthz');
+  });
+});
