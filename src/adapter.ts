@@ -1,3 +1,4 @@
+import type { VerificationCode } from './errors.js';
 import type { Outcome } from './outcome.js';
 
 /** One message as the broker delivered it. `body` is kept exactly as received, for the HMAC. */
@@ -11,6 +12,12 @@ export interface RawMessage {
   readonly enqueuedAt?: number | undefined;
   /** Broker facts worth keeping in a dead-letter record. */
   readonly metadata?: Readonly<Record<string, string | number | boolean | null>>;
+  /**
+   * Set by an adapter that already knows the message cannot be verified as delivered (its
+   * transport encoding does not match the configuration): the pipeline dead-letters it with this
+   * code and reason, and the raw message is kept for replay.
+   */
+  readonly rejection?: { readonly code: VerificationCode; readonly reason: string };
 }
 
 /**

@@ -10,6 +10,7 @@ export const VERIFICATION_CODES = [
   'SIGNATURE_MISMATCH',
   'BODY_NOT_JSON',
   'ENVELOPE_MISMATCH',
+  'ENCODING_MISMATCH',
 ] as const;
 
 export const ERROR_CODES = [

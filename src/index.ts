@@ -77,6 +77,14 @@ export {
 export { matchSignature, sign } from './signature.js';
 export { type VerifiedMessage, type VerifyOptions, verifyMessage } from './verify.js';
 export {
+  Consumer,
+  type ConsumerOptions,
+  type ConsumerState,
+  type ConsumerStatus,
+  createConsumer,
+  type SettledReport,
+} from './worker.js';
+export {
   configFromEnv,
   configFromFile,
   envName,
@@ -85,11 +93,3 @@ export {
   type WorkerConfigInput,
   workerConfigSchema,
 } from './worker-config.js';
-export {
-  Consumer,
-  type ConsumerOptions,
-  type ConsumerState,
-  type ConsumerStatus,
-  createConsumer,
-  type SettledReport,
-} from './worker.js';

@@ -90,6 +90,7 @@ export class Pipeline {
     const fail = (f: Fail, verified?: VerifiedMessage) =>
       finish(decide(f.code, f.reason, message.attempt, s.retry, f.delayMs), verified);
 
+    if (message.rejection) return fail(message.rejection);
     let verified: VerifiedMessage;
     try {
       verified = verifyMessage(message.body, {

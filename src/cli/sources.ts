@@ -3,13 +3,24 @@ import type { Logger } from 'pino';
 import { FileSource } from '../../adapters/file/index.js';
 import { HttpIngressSource } from '../../adapters/http/index.js';
 import type { SourceAdapter } from '../adapter.js';
+import { ConfigError } from '../errors.js';
 import type { WorkerConfig } from '../worker-config.js';
 import { UsageError } from './common.js';
 
 export const SOURCE_FORMS = [
   'file:PATH',
+  'azure-storage-queue:QUEUE (AZURE_STORAGE_CONNECTION_STRING) or https://ACCOUNT.queue.core.windows.net/QUEUE[?SAS]',
   'http://HOST:PORT/PATH (HTTP ingress: listen for POSTed envelopes)',
 ].join(', ');
+
+/** Loads an adapter module; its SDK is an optional dependency, so say which one is missing. */
+async function importAdapter<T>(sdk: string, load: () => Promise<T>): Promise<T> {
+  try {
+    return await load();
+  } catch (cause) {
+    throw new ConfigError(`this source needs the ${sdk} package: npm install ${sdk}`, { cause });
+  }
+}
 
 /**
  * Opens the source a `--source` value names. Queue adapters are imported only when used, so
@@ -22,6 +33,13 @@ export async function openSource(config: WorkerConfig, logger: Logger): Promise<
     if (!path) throw new UsageError('--source file: needs a path');
     if (!existsSync(path)) throw new UsageError(`--source ${spec}: no such file`);
     return new FileSource({ path });
+  }
+  if (spec.startsWith('azure-storage-queue:') || /^https:\/\/[^/?]+\.queue\.core\./.test(spec)) {
+    const adapter = await importAdapter(
+      '@azure/storage-queue',
+      () => import('../../adapters/storage-queue/index.js'),
+    );
+    return adapter.storageQueueSourceFromCli(spec, { logger });
   }
   if (spec.startsWith('http://')) {
     const url = new URL(spec);

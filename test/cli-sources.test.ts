@@ -1,0 +1,77 @@
+/**
+ * `partner-events run --source …` against each queue emulator, the way a user runs it: the
+ * connection comes from the environment, events are forwarded to an app on 127.0.0.1.
+ */
+
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { QueueClient } from '@azure/storage-queue';
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
+import { FileSource } from '../adapters/file/index.js';
+import { deadLetterRecord } from '../src/dead-letter.js';
+import { createTestEnvelope } from '../src/testing.js';
+import { Azurite } from './support/azurite.js';
+import { startApp, startCli } from './support/cli.js';
+import { tempDir } from './support/harness.js';
+
+let dir: ReturnType<typeof tempDir>;
+beforeEach(() => {
+  dir = tempDir('phe-cli-src-');
+});
+afterEach(() => dir.cleanup());
+
+describe('run --source azure-storage-queue:NAME', () => {
+  let azurite: Azurite;
+  beforeAll(async () => {
+    azurite = await Azurite.start('queue');
+  });
+  afterAll(async () => {
+    await azurite.stop();
+  });
+
+  it('consumes the queue named in the source with the connection string from the environment', async () => {
+    const queue = new QueueClient(azurite.connectionString, 'cli-events');
+    await queue.create();
+    const events = [
+      createTestEnvelope('daily.data.steps.created'),
+      createTestEnvelope('coach.nudge.created'),
+    ];
+    for (const e of events) await queue.sendMessage(e.raw);
+    const app = await startApp();
+    const cli = startCli(
+      ['run', '--source', 'azure-storage-queue:cli-events', '--forward', app.url, '--dedupe', 'memory'],
+      {
+        env: { AZURE_STORAGE_CONNECTION_STRING: azurite.connectionString },
+      },
+    );
+    try {
+      await vi.waitFor(() => expect(app.received).toHaveLength(2), { timeout: 15_000 });
+      expect(app.received.map((r) => r.headers['partner-event-id']).sort()).toEqual(
+        events.map((e) => e.eventId).sort(),
+      );
+      await vi.waitFor(async () => expect((await queue.getProperties()).approximateMessagesCount).toBe(0));
+    } finally {
+      cli.child.kill('SIGTERM');
+      expect((await cli.done).code).toBe(0);
+      await app.close();
+    }
+  });
+});
+
+describe('replaying an ENCODING_MISMATCH dead letter', () => {
+  it('decodes the base64 text its hint points at, so the original envelope verifies', async () => {
+    const event = createTestEnvelope('daily.data.steps.created');
+    const base64 = Buffer.from(event.raw).toString('base64');
+    const record = deadLetterRecord(
+      { id: 'q-1', body: base64, attempt: 1, metadata: { encoding: 'none', encoding_hint: 'looks-base64' } },
+      { code: 'ENCODING_MISMATCH', reason: "set encoding to 'base64' or 'auto'" },
+      'storage-queue:q',
+    );
+    const file = join(dir.path, 'dead.jsonl');
+    writeFileSync(file, `${JSON.stringify(record)}\n`);
+    const source = new FileSource({ path: file });
+    const [message] = (await source.receive(1, new AbortController().signal)) ?? [];
+    expect(message?.body).toBe(event.raw);
+    await source.close();
+  });
+});
