@@ -279,22 +279,35 @@ export class Consumer<M extends RawMessage = RawMessage> {
     let result: ProcessResult;
     let visibilityLost = false;
     if (source.heartbeat && source.heartbeatIntervalMs) {
-      // Keep the message invisible while its handlers run; if that fails, abort them.
+      // Keep the message invisible while its handlers run; if that fails, abort them. Each beat
+      // is scheduled after the previous one finished, so beats never overlap (receipts rotate).
       const lost = new AbortController();
-      const beat = setInterval(() => {
-        source.heartbeat?.(message).catch((error: unknown) => {
-          this.logger.warn(
-            { message_id: message.id, err: errorMessage(error) },
-            'visibility heartbeat failed: aborting handler',
-          );
-          visibilityLost = true;
-          lost.abort('LEASE_LOST');
-        });
-      }, source.heartbeatIntervalMs);
+      const heartbeat = source.heartbeat.bind(source);
+      const interval = source.heartbeatIntervalMs;
+      let timer: NodeJS.Timeout | undefined;
+      let running = true;
+      const beat = () => {
+        heartbeat(message).then(
+          () => {
+            if (running) timer = setTimeout(beat, interval);
+          },
+          (error: unknown) => {
+            if (!running) return;
+            this.logger.warn(
+              { message_id: message.id, err: errorMessage(error) },
+              'visibility heartbeat failed: aborting handler',
+            );
+            visibilityLost = true;
+            lost.abort('LEASE_LOST');
+          },
+        );
+      };
+      timer = setTimeout(beat, interval);
       try {
         result = await this.process(message, lost.signal);
       } finally {
-        clearInterval(beat);
+        running = false;
+        clearTimeout(timer);
       }
     } else {
       result = await this.process(message);

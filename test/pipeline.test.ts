@@ -1,5 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { afterEach, describe, expect, it, vi } from 'vitest';
+import { MemorySource } from '../adapters/memory/index.js';
 import { MemoryDedupeStore } from '../src/dedupe/memory.js';
 import type { DedupeStore } from '../src/dedupe/types.js';
 import { DeadLetterError, DedupeUnavailableError, RetryLaterError } from '../src/errors.js';
@@ -15,6 +16,7 @@ import {
   TEST_SIGNING_SECRET,
   tamperedEnvelope,
 } from '../src/testing.js';
+import { createConsumer } from '../src/worker.js';
 import { type Harness, harness } from './support/harness.js';
 
 const SETTINGS: PipelineSettings = {
@@ -602,6 +604,41 @@ describe('consumer: dead letters, settling, shutdown', () => {
     expect(h.source.settled.map((s) => s.outcome)).toEqual([
       { kind: 'retry', code: 'SHUTDOWN', reason: 'consumer stopped before the handler finished', delayMs: 0 },
     ]);
+  });
+
+  it('heartbeats a slow message without overlapping beats, and aborts its handler when one fails', async () => {
+    let active = 0;
+    let peak = 0;
+    let beats = 0;
+    const source = new MemorySource({ endWhenEmpty: true });
+    const heartbeating = Object.assign(source, {
+      heartbeatIntervalMs: 10,
+      async heartbeat() {
+        active++;
+        peak = Math.max(peak, active);
+        await new Promise((r) => setTimeout(r, 25)); // slower than the interval
+        active--;
+        if (++beats === 4) throw new Error('receipt expired');
+      },
+    });
+    let signal: AbortSignal | undefined;
+    const consumer = createConsumer({
+      source: heartbeating,
+      secrets: [{ id: 'current', secret: TEST_SIGNING_SECRET }],
+      dedupe: new MemoryDedupeStore(),
+      logger: silentLogger(),
+    });
+    consumer.on('*', (_e, ctx) => {
+      signal = ctx.signal;
+      return new Promise<void>(() => undefined);
+    });
+    source.send(createTestEnvelope('daily.data.steps.created').raw);
+    await consumer.start();
+    await vi.waitFor(() => expect(source.settled.length).toBeGreaterThan(0), { timeout: 3000 });
+    expect(peak).toBe(1);
+    expect(signal?.aborted).toBe(true);
+    expect(source.settled[0]?.outcome).toMatchObject({ kind: 'retry', code: 'LEASE_LOST', delayMs: 0 });
+    await consumer.stop();
   });
 
   it('process() serves consumers that run their own receive loop', async () => {
