@@ -20,7 +20,9 @@ type LogLine = { msg?: string; [k: string]: unknown };
 
 /** Starts `run` with info logs on stdout; resolves once its ingress and ops endpoints are up. */
 async function startSidecar(args: string[], env: NodeJS.ProcessEnv = {}) {
-  const cli = startCli(['run', '--ops-port', '0', ...args], { env: { LOG_LEVEL: 'info', ...env } });
+  const cli = startCli(['run', '--ops-port', '0', ...args], {
+    env: { LOG_LEVEL: 'info', PARTNER_EVENTS_DEAD_LETTER: join(dir.path, 'dead.jsonl'), ...env },
+  });
   const logs = (): LogLine[] =>
     cli
       .output()
