@@ -5,6 +5,7 @@
 
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { SendMessageCommand } from '@aws-sdk/client-sqs';
 import { QueueClient } from '@azure/storage-queue';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
 import { FileSource } from '../adapters/file/index.js';
@@ -12,6 +13,7 @@ import { deadLetterRecord } from '../src/dead-letter.js';
 import { createTestEnvelope } from '../src/testing.js';
 import { Azurite } from './support/azurite.js';
 import { startApp, startCli } from './support/cli.js';
+import { createQueue, fauxqsClient, startFauxqs } from './support/fauxqs.js';
 import { tempDir } from './support/harness.js';
 
 let dir: ReturnType<typeof tempDir>;
@@ -54,6 +56,47 @@ describe('run --source azure-storage-queue:NAME', () => {
       cli.child.kill('SIGTERM');
       expect((await cli.done).code).toBe(0);
       await app.close();
+    }
+  });
+});
+
+describe('run --source sqs:QUEUE_URL', () => {
+  it('consumes an SQS queue through the SDK’s standard endpoint and credential settings', async () => {
+    const fauxqs = await startFauxqs();
+    const client = fauxqsClient(fauxqs.endpoint);
+    const app = await startApp();
+    try {
+      const queue = await createQueue(client, 'cli');
+      const events = [
+        createTestEnvelope('daily.data.hrv.created'),
+        createTestEnvelope('daily.data.weight.created'),
+      ];
+      for (const e of events)
+        await client.send(new SendMessageCommand({ QueueUrl: queue.url, MessageBody: e.raw }));
+      const cli = startCli(
+        ['run', '--source', `sqs:${queue.url}`, '--forward', app.url, '--dedupe', 'memory'],
+        {
+          env: {
+            AWS_ENDPOINT_URL_SQS: fauxqs.endpoint,
+            AWS_REGION: 'us-east-1',
+            AWS_ACCESS_KEY_ID: 'test',
+            AWS_SECRET_ACCESS_KEY: 'test',
+          },
+        },
+      );
+      try {
+        await vi.waitFor(() => expect(app.received).toHaveLength(2), { timeout: 15_000 });
+        expect(app.received.map((r) => r.headers['partner-event-id']).sort()).toEqual(
+          events.map((e) => e.eventId).sort(),
+        );
+      } finally {
+        cli.child.kill('SIGTERM');
+        expect((await cli.done).code).toBe(0);
+      }
+    } finally {
+      client.destroy();
+      await app.close();
+      await fauxqs.close();
     }
   });
 });

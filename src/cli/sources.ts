@@ -9,6 +9,7 @@ import { UsageError } from './common.js';
 
 export const SOURCE_FORMS = [
   'file:PATH',
+  'an SQS queue URL (https://sqs.REGION.amazonaws.com/ACCOUNT/QUEUE) or sqs:QUEUE_URL for a local endpoint',
   'azure-storage-queue:QUEUE (AZURE_STORAGE_CONNECTION_STRING) or https://ACCOUNT.queue.core.windows.net/QUEUE[?SAS]',
   'http://HOST:PORT/PATH (HTTP ingress: listen for POSTed envelopes)',
 ].join(', ');
@@ -33,6 +34,13 @@ export async function openSource(config: WorkerConfig, logger: Logger): Promise<
     if (!path) throw new UsageError('--source file: needs a path');
     if (!existsSync(path)) throw new UsageError(`--source ${spec}: no such file`);
     return new FileSource({ path });
+  }
+  if (
+    spec.startsWith('sqs:') ||
+    /^https:\/\/(sqs\.[a-z0-9-]+\.amazonaws\.com(\.cn)?|[a-z0-9-]+\.queue\.amazonaws\.com)\//.test(spec)
+  ) {
+    const adapter = await importAdapter('@aws-sdk/client-sqs', () => import('../../adapters/sqs/index.js'));
+    return adapter.sqsSourceFromCli(spec, { logger });
   }
   if (spec.startsWith('azure-storage-queue:') || /^https:\/\/[^/?]+\.queue\.core\./.test(spec)) {
     const adapter = await importAdapter(

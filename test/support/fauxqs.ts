@@ -1,0 +1,54 @@
+import type { AddressInfo } from 'node:net';
+import { CreateQueueCommand, SQSClient, type SQSClientConfig } from '@aws-sdk/client-sqs';
+import { buildApp } from 'fauxqs';
+
+export interface FauxqsServer {
+  /** `http://127.0.0.1:PORT`: pass it as `endpoint` to every SQSClient. */
+  readonly endpoint: string;
+  close(): Promise<void>;
+}
+
+/**
+ * An in-process fauxqs (SQS emulator) on a free loopback port. Never its CLI: that binds 0.0.0.0.
+ * Closing it ends open long polls and connections.
+ */
+export async function startFauxqs(): Promise<FauxqsServer> {
+  const app = buildApp({ logger: false });
+  await app.listen({ host: '127.0.0.1', port: 0 });
+  const { port } = app.server.address() as AddressInfo;
+  return {
+    endpoint: `http://127.0.0.1:${port}`,
+    close: () => app.close(),
+  };
+}
+
+/**
+ * A client for the emulator: any credentials, a region, and always the endpoint. The queue URLs
+ * fauxqs hands out name a host that does not resolve (`sqs.us-east-1.localhost:PORT`); they are
+ * used as they are, because fauxqs looks queues up by that exact URL, and with an `endpoint`
+ * set the SDK sends every request to the endpoint and never to the URL's host.
+ */
+export function fauxqsClient(endpoint: string, config: SQSClientConfig = {}): SQSClient {
+  return new SQSClient({
+    endpoint,
+    region: 'us-east-1',
+    credentials: { accessKeyId: 'test', secretAccessKey: 'test' },
+    ...config,
+  });
+}
+
+let queueSeq = 0;
+
+/** A fresh queue (unique name per call; `.fifo` prefixes make FIFO queues). */
+export async function createQueue(
+  client: SQSClient,
+  prefix = 'q',
+  attributes: Record<string, string> = {},
+): Promise<{ url: string; name: string }> {
+  const fifo = prefix.endsWith('.fifo');
+  const base = fifo ? prefix.slice(0, -'.fifo'.length) : prefix;
+  const name = `${base}-${process.pid}-${++queueSeq}${fifo ? '.fifo' : ''}`;
+  const { QueueUrl } = await client.send(new CreateQueueCommand({ QueueName: name, Attributes: attributes }));
+  if (!QueueUrl) throw new Error(`fauxqs returned no URL for queue ${name}`);
+  return { url: QueueUrl, name };
+}
