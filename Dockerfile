@@ -5,9 +5,15 @@ WORKDIR /app
 RUN apt-get update && apt-get install -y --no-install-recommends python3 make g++ \
   && rm -rf /var/lib/apt/lists/*
 COPY package.json package-lock.json ./
-RUN npm ci --no-audit --no-fund
+# Scripts run later: `prepare` builds from sources that are not copied yet.
+RUN npm ci --no-audit --no-fund --ignore-scripts && npm rebuild better-sqlite3
 COPY . .
-RUN npm run build && npm prune --omit=dev
+RUN npm run build \
+  && npm prune --omit=dev \
+  # The optional peers every source and the Redis store need (dev-only in this repository).
+  && npm install --omit=dev --no-save --no-audit --no-fund --ignore-scripts \
+     ioredis@^6 @aws-sdk/client-sqs@^3 @azure/storage-queue@~12.30.0 @azure/identity@~4.12.0 \
+     @azure/event-hubs@6.0.0 @azure/eventhubs-checkpointstore-blob@2.0.0 @azure/storage-blob@~12.30.0
 
 FROM node:20-slim
 ENV NODE_ENV=production
@@ -15,12 +21,12 @@ WORKDIR /app
 COPY --from=build /app/package.json ./
 COPY --from=build /app/node_modules ./node_modules
 COPY --from=build /app/dist ./dist
-# The dedupe database and dead letters live on a volume owned by the unprivileged user.
-RUN mkdir -p /var/lib/partner-events && chown node:node /var/lib/partner-events
-USER node
-ENV PARTNER_EVENTS_DEDUPE=sqlite:/var/lib/partner-events/dedupe.db \
-    PARTNER_EVENTS_DEAD_LETTER=/var/lib/partner-events/dead-letters.jsonl \
-    PARTNER_EVENTS_OPS_HOST=0.0.0.0
+# State (the default dedupe database and dead letters) lives in the working directory: mount a
+# volume there. Settings come from the config file and the environment, not from the image.
+RUN mkdir -p /var/lib/partner-events && chown 1000:1000 /var/lib/partner-events
+WORKDIR /var/lib/partner-events
+# Numeric, so Kubernetes' runAsNonRoot can verify it (uid 1000 is the image's `node` user).
+USER 1000
 EXPOSE 9464
-ENTRYPOINT ["node", "dist/cli/main.js"]
+ENTRYPOINT ["node", "/app/dist/cli/main.js"]
 CMD ["run"]

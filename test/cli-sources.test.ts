@@ -13,6 +13,7 @@ import { deadLetterRecord } from '../src/dead-letter.js';
 import { createTestEnvelope } from '../src/testing.js';
 import { Azurite } from './support/azurite.js';
 import { startApp, startCli } from './support/cli.js';
+import { EventHubsBroker } from './support/event-hubs-broker.js';
 import { createQueue, fauxqsClient, startFauxqs } from './support/fauxqs.js';
 import { tempDir } from './support/harness.js';
 
@@ -99,6 +100,42 @@ describe('run --source sqs:QUEUE_URL', () => {
       await fauxqs.close();
     }
   });
+});
+
+describe('run --source azure-event-hubs:HUB', () => {
+  it('consumes every partition of the hub with the connection string from the environment', async () => {
+    const broker = await EventHubsBroker.start({ hub: 'cli-hub', partitions: 2 });
+    const app = await startApp();
+    try {
+      const events = [
+        createTestEnvelope('daily.data.sleep.created'),
+        createTestEnvelope('daily.data.fat.created'),
+      ];
+      broker.publish('0', events[0]?.raw ?? '');
+      broker.publish('1', events[1]?.raw ?? '');
+      const cli = startCli(
+        ['run', '--source', 'azure-event-hubs:cli-hub', '--forward', app.url, '--dedupe', 'memory'],
+        {
+          env: {
+            EVENTHUBS_CONNECTION_STRING: broker.connectionString('cli-hub'),
+            EVENTHUBS_CHECKPOINT_STORE: `sqlite:${join(dir.path, 'checkpoints.db')}`,
+          },
+        },
+      );
+      try {
+        await vi.waitFor(() => expect(app.received).toHaveLength(2), { timeout: 20_000 });
+        expect(app.received.map((r) => r.headers['partner-event-id']).sort()).toEqual(
+          events.map((e) => e.eventId).sort(),
+        );
+      } finally {
+        cli.child.kill('SIGTERM');
+        expect((await cli.done).code).toBe(0);
+      }
+    } finally {
+      await app.close();
+      await broker.stop();
+    }
+  }, 30_000);
 });
 
 describe('replaying an ENCODING_MISMATCH dead letter', () => {

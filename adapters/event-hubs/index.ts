@@ -1,2 +1,23 @@
-// Placeholder: the Event Hubs adapter lands with issue 6.
-export {};
+/**
+ * Azure Event Hubs source: `import { createEventHubsAdapter } from 'partner-health-events/event-hubs'`.
+ * Needs `@azure/event-hubs` (and, for a blob checkpoint store or Azure identity sign-in,
+ * `@azure/eventhubs-checkpointstore-blob` + `@azure/storage-blob` / `@azure/identity`).
+ */
+export {
+  createEventHubsAdapter,
+  DEFAULT_CHECKPOINT_PATH,
+  EventHubsAdapter,
+  type EventHubsAdapterOptions,
+  type EventHubsMessage,
+} from './adapter.js';
+export { envelopeText } from './body.js';
+export {
+  CLI_SCHEME,
+  ENV_CHECKPOINT_STORE,
+  ENV_CONNECTION_STRING,
+  ENV_NAMESPACE,
+  ENV_STORAGE_CONNECTION_STRING,
+  eventHubsSourceFromCli,
+  lazyBlobCheckpointStore,
+} from './cli.js';
+export { SqliteCheckpointStore, type SqliteCheckpointStoreOptions } from './sqlite-checkpoint-store.js';

@@ -39,8 +39,10 @@ With a secrets file, SIGHUP or a change of the file reloads the signing secrets.
   --dedupe SPEC        sqlite:PATH (default ${DEFAULT_DEDUPE}), redis://HOST:PORT or memory
   --dead-letter PATH   JSONL file for dead events (default partner-events-dead-letters.jsonl)
   --concurrency N      events processed at once (default 16)
-  --ops-port N         /healthz, /readyz, /metrics port (default 9464; 0 = any free port; -1 = off)
+  --ops-port N         /healthz, /readyz, /metrics port (default 9464; 0 = any free port)
+  --no-ops             no ops endpoints (or --ops-port=-1)
   --ops-host HOST      interface for the ops endpoints (default 127.0.0.1; 0.0.0.0 in a pod)
+  --consumer-group CG  Event Hubs consumer group (default $Default)
   --strict-age         measure signed_at age against the clock, not the broker's enqueue time
   --secrets-file PATH  secrets file (default: ${ENV_SECRETS_FILE} or PARTNER_EVENTS_SIGNING_SECRET[_PREVIOUS])
   --log-level LEVEL    fatal, error, warn, info (default), debug, trace or silent`;
@@ -56,6 +58,8 @@ export async function runCommand(args: string[]): Promise<number> {
     concurrency: { type: 'string' },
     'ops-port': { type: 'string' },
     'ops-host': { type: 'string' },
+    'no-ops': { type: 'boolean' },
+    'consumer-group': { type: 'string' },
     'strict-age': { type: 'boolean' },
     'secrets-file': { type: 'string' },
     'log-level': { type: 'string' },
@@ -79,8 +83,9 @@ export async function runCommand(args: string[]): Promise<number> {
     strictAge: values['strict-age'],
     secretsFile: values['secrets-file'],
     logLevel: values['log-level'],
+    consumerGroup: values['consumer-group'],
     ops: {
-      port: values['ops-port'] === undefined ? undefined : Number(values['ops-port']),
+      port: values['no-ops'] ? -1 : values['ops-port'] === undefined ? undefined : Number(values['ops-port']),
       host: values['ops-host'],
     },
   };

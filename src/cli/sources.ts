@@ -11,6 +11,7 @@ export const SOURCE_FORMS = [
   'file:PATH',
   'an SQS queue URL (https://sqs.REGION.amazonaws.com/ACCOUNT/QUEUE) or sqs:QUEUE_URL for a local endpoint',
   'azure-storage-queue:QUEUE (AZURE_STORAGE_CONNECTION_STRING) or https://ACCOUNT.queue.core.windows.net/QUEUE[?SAS]',
+  'azure-event-hubs:HUB (EVENTHUBS_CONNECTION_STRING)',
   'http://HOST:PORT/PATH (HTTP ingress: listen for POSTed envelopes)',
 ].join(', ');
 
@@ -41,6 +42,13 @@ export async function openSource(config: WorkerConfig, logger: Logger): Promise<
   ) {
     const adapter = await importAdapter('@aws-sdk/client-sqs', () => import('../../adapters/sqs/index.js'));
     return adapter.sqsSourceFromCli(spec, { logger });
+  }
+  if (spec.startsWith('azure-event-hubs:')) {
+    const adapter = await importAdapter(
+      '@azure/event-hubs',
+      () => import('../../adapters/event-hubs/index.js'),
+    );
+    return adapter.eventHubsSourceFromCli(spec, { logger, consumerGroup: config.consumerGroup });
   }
   if (spec.startsWith('azure-storage-queue:') || /^https:\/\/[^/?]+\.queue\.core\./.test(spec)) {
     const adapter = await importAdapter(

@@ -1,0 +1,407 @@
+import {
+  type CheckpointStore,
+  type CloseReason,
+  EventHubConsumerClient,
+  type EventHubConsumerClientOptions,
+  type EventPosition,
+  earliestEventPosition,
+  latestEventPosition,
+  type PartitionContext,
+  parseEventHubConnectionString,
+  type ReceivedEventData,
+  type Subscription,
+  type TokenCredential,
+} from '@azure/event-hubs';
+import type { Logger } from 'pino';
+import type { RawMessage, SourceAdapter } from '../../src/adapter.js';
+import { AdapterError, ConfigError } from '../../src/errors.js';
+import { createLogger } from '../../src/logger.js';
+import type { Outcome } from '../../src/outcome.js';
+import { Waker } from '../../src/wake.js';
+import { envelopeText } from './body.js';
+import { PartitionLane } from './partition-lane.js';
+import { SqliteCheckpointStore } from './sqlite-checkpoint-store.js';
+
+/** One event of one partition. `id` is `<partitionId>:<sequenceNumber>`. */
+export interface EventHubsMessage extends RawMessage {
+  readonly partitionId: string;
+  readonly sequenceNumber: number;
+  readonly offset: string;
+}
+
+export const DEFAULT_CHECKPOINT_PATH = 'partner-events-checkpoints.db';
+
+export interface EventHubsAdapterOptions {
+  /**
+   * A namespace or hub connection string (`Endpoint=sb://…;SharedAccessKeyName=…;SharedAccessKey=…`
+   * with or without `EntityPath`). Either this, or `fullyQualifiedNamespace` with `credential`.
+   */
+  readonly connectionString?: string;
+  /** `<namespace>.servicebus.windows.net`, with `credential` (e.g. `DefaultAzureCredential`). */
+  readonly fullyQualifiedNamespace?: string;
+  readonly credential?: TokenCredential;
+  /** The hub. Default: the connection string's `EntityPath`; required otherwise. */
+  readonly eventHubName?: string;
+  /** Default `$Default`. Give each independent application its own consumer group. */
+  readonly consumerGroup?: string;
+  /**
+   * Where checkpoints and partition ownership live: a `CheckpointStore` (e.g. `BlobCheckpointStore`
+   * from `@azure/eventhubs-checkpointstore-blob` for several instances), or the path of a SQLite
+   * file. Default: SQLite at `./partner-events-checkpoints.db` (one instance).
+   */
+  readonly checkpointStore?: CheckpointStore | string;
+  /**
+   * Where a partition without a checkpoint starts. Default `'earliest'`: the retained backlog is
+   * handled (dedupe drops what was already handled); `'latest'` skips everything sent before the
+   * first start.
+   */
+  readonly startPosition?: 'earliest' | 'latest' | EventPosition;
+  /**
+   * Events fetched from a partition at a time; the SDK fetches the next batch only once these are
+   * all settled, so memory stays at about this many events per owned partition. Default 50.
+   */
+  readonly partitionBatchSize?: number;
+  /** The SDK's wait to fill a partition batch before handing over what it has, in s. Default 1. */
+  readonly maxWaitTimeInSeconds?: number;
+  /** Write a partition's checkpoint after this many settled events… Default 100. */
+  readonly checkpointEvery?: number;
+  /** …and every this many ms while some are unwritten. Default 5000. On close, always. */
+  readonly checkpointIntervalMs?: number;
+  /**
+   * How instances sharing a checkpoint store split the partitions. Defaults (the SDK's): every
+   * 10 000 ms, an owner's claim expires after 60 000 ms without renewal; strategy `balanced` (one
+   * partition per cycle, least churn when many instances start together), except with the
+   * SQLite store, where it is `greedy` (a single instance takes every partition at once).
+   */
+  readonly loadBalancing?: {
+    readonly strategy?: 'balanced' | 'greedy';
+    readonly updateIntervalMs?: number;
+    readonly partitionOwnershipExpirationIntervalMs?: number;
+  };
+  /** Most messages one `receive` returns (at most one per partition). Default 100. */
+  readonly maxBatchSize?: number;
+  /** Passed to `EventHubConsumerClient` (retry, web sockets, `identifier` = owner id, …). */
+  readonly clientOptions?: EventHubConsumerClientOptions;
+  /** For logs and dead-letter records. Default `azure-event-hubs:<hub>`. */
+  readonly name?: string;
+  /** Default: pino at `LOG_LEVEL`. */
+  readonly logger?: Logger;
+}
+
+interface Resolved {
+  readonly eventHubName: string;
+  readonly consumerGroup: string;
+  readonly startPosition: EventPosition;
+  readonly partitionBatchSize: number;
+  readonly maxWaitTimeInSeconds: number;
+  readonly checkpointEvery: number;
+  readonly checkpointIntervalMs: number;
+}
+
+/**
+ * Azure Event Hubs as a source. The SDK pushes batches per partition (`subscribe`); this adapter
+ * buffers them and hands them out through `receive`, at most one in-flight event per partition
+ * (order within a partition, partitions in parallel). Settling maps onto the log:
+ * - ack / dead: the partition moves on; the event becomes the partition's checkpoint (written
+ *   every `checkpointEvery` events or `checkpointIntervalMs`, and on close);
+ * - retry: retry in place: the same event again after `delayMs`, attempt + 1, before anything
+ *   later in its partition; the pipeline turns it into dead after `retry.maxAttempts`.
+ */
+export class EventHubsAdapter implements SourceAdapter<EventHubsMessage> {
+  readonly name: string;
+  readonly maxBatchSize: number;
+  readonly consumerGroup: string;
+  readonly eventHubName: string;
+  readonly #options: Resolved;
+  readonly #logger: Logger;
+  readonly #client: EventHubConsumerClient;
+  readonly #ownStore: SqliteCheckpointStore | undefined;
+  readonly #lanes = new Map<PartitionContext, PartitionLane<EventHubsMessage>>();
+  readonly #laneOf = new WeakMap<EventHubsMessage, PartitionLane<EventHubsMessage>>();
+  readonly #waker = new Waker();
+  #subscription: Subscription | undefined;
+  #flushTimer: NodeJS.Timeout | undefined;
+  #turn = 0;
+  #closed = false;
+
+  constructor(options: EventHubsAdapterOptions) {
+    const eventHubName = hubName(options);
+    this.#options = {
+      eventHubName,
+      consumerGroup: options.consumerGroup ?? '$Default',
+      startPosition: startPositionOf(options.startPosition ?? 'earliest'),
+      partitionBatchSize: positive('partitionBatchSize', options.partitionBatchSize, 50),
+      maxWaitTimeInSeconds: positive('maxWaitTimeInSeconds', options.maxWaitTimeInSeconds, 1),
+      checkpointEvery: positive('checkpointEvery', options.checkpointEvery, 100),
+      checkpointIntervalMs: positive('checkpointIntervalMs', options.checkpointIntervalMs, 5000),
+    };
+    this.eventHubName = eventHubName;
+    this.consumerGroup = this.#options.consumerGroup;
+    this.name = options.name ?? `azure-event-hubs:${eventHubName}`;
+    this.maxBatchSize = positive('maxBatchSize', options.maxBatchSize, 100);
+    this.#logger = (options.logger ?? createLogger()).child({ source: this.name });
+
+    let store: CheckpointStore;
+    if (typeof options.checkpointStore === 'object') {
+      store = options.checkpointStore;
+    } else {
+      this.#ownStore = new SqliteCheckpointStore({
+        path: options.checkpointStore ?? DEFAULT_CHECKPOINT_PATH,
+      });
+      store = this.#ownStore;
+    }
+    const lb = options.loadBalancing;
+    const clientOptions: EventHubConsumerClientOptions = {
+      ...(this.#ownStore ? { identifier: this.#ownStore.ownerId } : {}),
+      ...options.clientOptions,
+      loadBalancingOptions: {
+        ...options.clientOptions?.loadBalancingOptions,
+        ...(lb?.strategy || this.#ownStore ? { strategy: lb?.strategy ?? 'greedy' } : {}),
+        ...(lb?.updateIntervalMs ? { updateIntervalInMs: lb.updateIntervalMs } : {}),
+        ...(lb?.partitionOwnershipExpirationIntervalMs
+          ? { partitionOwnershipExpirationIntervalInMs: lb.partitionOwnershipExpirationIntervalMs }
+          : {}),
+      },
+    };
+    try {
+      this.#client = options.connectionString
+        ? new EventHubConsumerClient(
+            this.consumerGroup,
+            options.connectionString,
+            eventHubName,
+            store,
+            clientOptions,
+          )
+        : new EventHubConsumerClient(
+            this.consumerGroup,
+            options.fullyQualifiedNamespace as string,
+            eventHubName,
+            options.credential as TokenCredential,
+            store,
+            clientOptions,
+          );
+    } catch (cause) {
+      this.#ownStore?.close();
+      throw new ConfigError(`cannot create the Event Hubs client for ${this.name}`, { cause });
+    }
+  }
+
+  /** As the SDK names it in checkpoints and ownership records. */
+  get fullyQualifiedNamespace(): string {
+    return this.#client.fullyQualifiedNamespace;
+  }
+
+  /** Partitions this instance reads right now (for status and tests). */
+  get partitions(): string[] {
+    return [...this.#lanes.values()].map((lane) => lane.partitionId).sort();
+  }
+
+  async receive(max: number, signal: AbortSignal): Promise<readonly EventHubsMessage[] | null> {
+    if (this.#closed) return null;
+    this.#subscribe();
+    for (;;) {
+      if (this.#closed) return null; // even with events still buffered: close() is releasing them
+      const batch = this.#take(max);
+      if (batch.length > 0 || signal.aborted) return batch;
+      await this.#waker.wait(signal);
+    }
+  }
+
+  async settle(message: EventHubsMessage, outcome: Outcome): Promise<void> {
+    const lane = this.#laneOf.get(message);
+    this.#laneOf.delete(message);
+    if (!lane) return;
+    if (outcome.kind === 'retry') {
+      lane.retry(message, outcome.delayMs, () => this.#waker.wake());
+      return;
+    }
+    if (!lane.complete(message)) return;
+    if (lane.unwritten >= this.#options.checkpointEvery) void lane.flush();
+    this.#waker.wake();
+  }
+
+  /**
+   * Stops reading: closes the subscription (each partition's checkpoint is written as its reader
+   * stops, and ownership is given up for other instances), then the connection. Events settled
+   * before `close` are checkpointed; buffered and still-unsettled ones are read again next time.
+   */
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
+    clearInterval(this.#flushTimer);
+    this.#waker.wake();
+    try {
+      await this.#subscription?.close();
+    } catch (error) {
+      this.#logger.warn({ err: errorText(error) }, 'closing the Event Hubs subscription failed');
+    }
+    // Partitions whose reader stopped without telling us.
+    const lanes = [...this.#lanes.values()];
+    for (const lane of lanes) lane.close();
+    await Promise.all(lanes.map((lane) => lane.flush()));
+    this.#lanes.clear();
+    try {
+      await this.#client.close();
+    } finally {
+      this.#ownStore?.close();
+    }
+  }
+
+  #subscribe(): void {
+    if (this.#subscription) return;
+    const o = this.#options;
+    try {
+      this.#subscription = this.#client.subscribe(
+        {
+          processInitialize: async (context) => {
+            this.#laneFor(context);
+            this.#logger.info({ partition_id: context.partitionId }, 'partition claimed');
+          },
+          processEvents: (events, context) => this.#onEvents(events, context),
+          processError: async (error, context) => this.#onError(error, context),
+          processClose: (reason, context) => this.#onClose(reason, context),
+        },
+        {
+          startPosition: o.startPosition,
+          maxBatchSize: o.partitionBatchSize,
+          maxWaitTimeInSeconds: o.maxWaitTimeInSeconds,
+          // Keep the data section's bytes: the HMAC is over exactly what was sent (see body.ts).
+          skipParsingBodyAsJson: true,
+        },
+      );
+    } catch (cause) {
+      throw new AdapterError(`cannot subscribe to ${this.name}`, { cause });
+    }
+    this.#flushTimer = setInterval(() => {
+      for (const lane of this.#lanes.values()) if (lane.unwritten > 0) void lane.flush();
+    }, o.checkpointIntervalMs);
+    this.#flushTimer.unref();
+    this.#logger.info(
+      { event_hub: o.eventHubName, consumer_group: o.consumerGroup },
+      'subscribed to Event Hubs',
+    );
+  }
+
+  async #onEvents(events: ReceivedEventData[], context: PartitionContext): Promise<void> {
+    if (events.length === 0 || this.#closed) return;
+    const lane = this.#laneFor(context);
+    lane.push(events);
+    this.#waker.wake();
+    await lane.drained();
+  }
+
+  async #onClose(reason: CloseReason, context: PartitionContext): Promise<void> {
+    const lane = this.#lanes.get(context);
+    if (!lane) return;
+    this.#lanes.delete(context);
+    lane.close();
+    await lane.flush();
+    this.#logger.info({ partition_id: context.partitionId, reason }, 'partition released');
+  }
+
+  async #onError(error: Error, context: PartitionContext): Promise<void> {
+    const fields = { partition_id: context.partitionId || undefined, err: errorText(error) };
+    // Another instance attached with the same owner level: load balancing moved the partition.
+    if ((error as { code?: unknown }).code === 'ReceiverDisconnectedError') {
+      this.#logger.info(fields, 'partition taken over by another instance');
+    } else {
+      // Connection and link errors: the SDK reconnects and retries on its own.
+      this.#logger.warn(fields, 'Event Hubs error');
+    }
+  }
+
+  #laneFor(context: PartitionContext): PartitionLane<EventHubsMessage> {
+    let lane = this.#lanes.get(context);
+    if (!lane) {
+      lane = new PartitionLane(context, this.#logger);
+      this.#lanes.set(context, lane);
+    }
+    return lane;
+  }
+
+  /** At most one event per partition, starting with a different partition each time (fairness). */
+  #take(max: number): EventHubsMessage[] {
+    const lanes = [...this.#lanes.values()];
+    const batch: EventHubsMessage[] = [];
+    const now = Date.now();
+    for (let i = 0; i < lanes.length && batch.length < max; i++) {
+      const lane = lanes[(this.#turn + i) % lanes.length] as PartitionLane<EventHubsMessage>;
+      const message = lane.take(now, (event, attempt) => this.#toMessage(lane, event, attempt));
+      if (message) {
+        this.#laneOf.set(message, lane);
+        batch.push(message);
+      }
+    }
+    this.#turn++;
+    return batch;
+  }
+
+  #toMessage(
+    lane: PartitionLane<EventHubsMessage>,
+    event: ReceivedEventData,
+    attempt: number,
+  ): EventHubsMessage {
+    return {
+      id: `${lane.partitionId}:${event.sequenceNumber}`,
+      body: envelopeText(event.body),
+      attempt,
+      enqueuedAt: event.enqueuedTimeUtc.getTime(),
+      partitionId: lane.partitionId,
+      sequenceNumber: event.sequenceNumber,
+      offset: event.offset,
+      metadata: {
+        event_hub: this.eventHubName,
+        consumer_group: this.consumerGroup,
+        partition_id: lane.partitionId,
+        sequence_number: event.sequenceNumber,
+        offset: event.offset,
+      },
+    };
+  }
+}
+
+export function createEventHubsAdapter(options: EventHubsAdapterOptions): EventHubsAdapter {
+  return new EventHubsAdapter(options);
+}
+
+function hubName(options: EventHubsAdapterOptions): string {
+  if (options.connectionString) {
+    let entityPath: string | undefined;
+    try {
+      entityPath = parseEventHubConnectionString(options.connectionString).eventHubName;
+    } catch (cause) {
+      throw new ConfigError('the Event Hubs connection string is not valid', { cause });
+    }
+    if (options.eventHubName && entityPath && options.eventHubName !== entityPath) {
+      throw new ConfigError(
+        `eventHubName "${options.eventHubName}" differs from the connection string's EntityPath "${entityPath}"`,
+      );
+    }
+    const name = options.eventHubName ?? entityPath;
+    if (!name) throw new ConfigError('eventHubName is required when the connection string has no EntityPath');
+    return name;
+  }
+  if (!options.fullyQualifiedNamespace || !options.credential) {
+    throw new ConfigError(
+      'Event Hubs needs a connectionString, or a fullyQualifiedNamespace with a credential',
+    );
+  }
+  if (!options.eventHubName) throw new ConfigError('eventHubName is required with a fullyQualifiedNamespace');
+  return options.eventHubName;
+}
+
+function startPositionOf(position: 'earliest' | 'latest' | EventPosition): EventPosition {
+  if (position === 'earliest') return earliestEventPosition;
+  if (position === 'latest') return latestEventPosition;
+  return position;
+}
+
+function positive(name: string, value: number | undefined, fallback: number): number {
+  if (value === undefined) return fallback;
+  if (!Number.isFinite(value) || value <= 0) throw new ConfigError(`${name} must be a positive number`);
+  return value;
+}
+
+function errorText(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
+}

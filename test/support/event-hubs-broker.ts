@@ -1,0 +1,410 @@
+/**
+ * A small Event Hubs-compatible AMQP 1.0 broker on `rhea`, for tests: no Event Hubs emulator runs
+ * without Docker. It speaks just enough of the protocol for the real `@azure/event-hubs` SDK:
+ * SASL ANONYMOUS, the `$cbs` put-token node, the `$management` node (hub and partition
+ * properties), consumer links on `<hub>/ConsumerGroups/<cg>/Partitions/<id>` honouring the
+ * offset / sequence-number / enqueued-time filter and the owner level (epoch), and producer links
+ * on `<hub>` or `<hub>/Partitions/<id>` (single messages and batches, format 0x80013700).
+ * Everything is in memory; plain TCP on 127.0.0.1 and a free port.
+ */
+import type { AddressInfo, Server } from 'node:net';
+import rhea, {
+  type Connection,
+  type EventContext,
+  type Message,
+  type Receiver,
+  type Sender,
+  type Typed,
+} from 'rhea';
+
+/** One event as stored in a partition. */
+export interface StoredEvent {
+  readonly sequenceNumber: number;
+  /** A byte offset (string, as in SDK v6); deliberately not equal to the sequence number. */
+  readonly offset: string;
+  readonly enqueuedTime: number;
+  /** The AMQP body as it arrived (a data section, or a value). */
+  readonly body: unknown;
+  readonly applicationProperties: Readonly<Record<string, unknown>> | undefined;
+  readonly partitionKey: string | undefined;
+}
+
+/** A consumer link currently attached (for assertions on who reads which partition). */
+export interface ConsumerLinkInfo {
+  readonly hub: string;
+  readonly consumerGroup: string;
+  readonly partitionId: string;
+  readonly ownerLevel: number | undefined;
+}
+
+export interface EventHubsBrokerOptions {
+  /** Default `hub`. */
+  readonly hub?: string;
+  /** Default 2. */
+  readonly partitions?: number;
+}
+
+interface ConsumerLink extends ConsumerLinkInfo {
+  readonly sender: Sender;
+  /** Index into the partition log of the next event to send. */
+  cursor: number;
+}
+
+const BATCH_FORMAT = 0x80013700;
+const STR8_ARRAY = 0xa1;
+const CONSUMER_ADDRESS = /^([^/]+)\/ConsumerGroups\/([^/]+)\/Partitions\/([^/]+)$/;
+const FILTER =
+  /^amqp\.annotation\.(x-opt-offset|x-opt-sequence-number|x-opt-enqueued-time)\s*(>=|>)\s*'([^']*)'$/;
+const SELECTOR_FILTER = 'apache.org:selector-filter:string';
+
+export class EventHubsBroker {
+  readonly hub: string;
+  readonly partitionIds: readonly string[];
+  readonly #createdAt = new Date();
+  readonly #logs = new Map<string, StoredEvent[]>();
+  readonly #nextOffset = new Map<string, number>();
+  readonly #consumers = new Set<ConsumerLink>();
+  /** Replies waiting for credit on the client's reply link. */
+  readonly #outbox = new Map<Sender, Message[]>();
+  readonly #connections = new Set<Connection>();
+  readonly #server: Server;
+  #roundRobin = 0;
+  #port = 0;
+
+  private constructor(options: EventHubsBrokerOptions) {
+    this.hub = options.hub ?? 'hub';
+    this.partitionIds = Array.from({ length: options.partitions ?? 2 }, (_, i) => String(i));
+    for (const id of this.partitionIds) {
+      this.#logs.set(id, []);
+      this.#nextOffset.set(id, 0);
+    }
+    const container = rhea.create_container({ id: 'test-event-hubs-broker' });
+    container.sasl_server_mechanisms.enable_anonymous();
+    container.on('connection_open', (ctx: EventContext) => this.#connections.add(ctx.connection));
+    container.on('disconnected', (ctx: EventContext) => this.#dropConnection(ctx.connection));
+    container.on('connection_close', (ctx: EventContext) => this.#dropConnection(ctx.connection));
+    container.on('sender_open', (ctx: EventContext) => this.#onClientReceiver(ctx.sender as Sender));
+    container.on('receiver_open', (ctx: EventContext) => this.#onClientSender(ctx.receiver as Receiver));
+    container.on('sendable', (ctx: EventContext) => this.#pump(ctx.sender as Sender));
+    container.on('sender_close', (ctx: EventContext) => this.#forgetSender(ctx.sender as Sender));
+    container.on('message', (ctx: EventContext) => this.#onMessage(ctx));
+    // Peers closing links or connections with errors must not crash the test process.
+    container.on('error', () => {});
+    container.on('connection_error', () => {});
+    this.#server = container.listen({ host: '127.0.0.1', port: 0 });
+  }
+
+  static async start(options: EventHubsBrokerOptions = {}): Promise<EventHubsBroker> {
+    const broker = new EventHubsBroker(options);
+    await new Promise<void>((resolve, reject) => {
+      broker.#server.once('listening', resolve);
+      broker.#server.once('error', reject);
+    });
+    broker.#port = (broker.#server.address() as AddressInfo).port;
+    return broker;
+  }
+
+  get port(): number {
+    return this.#port;
+  }
+
+  /** What the SDK needs to reach this broker (plain TCP: `UseDevelopmentEmulator=true`). */
+  connectionString(hub = this.hub): string {
+    return `Endpoint=sb://127.0.0.1:${this.#port};SharedAccessKeyName=dev;SharedAccessKey=dev;UseDevelopmentEmulator=true;EntityPath=${hub}`;
+  }
+
+  /** Appends an event to a partition, as a publisher sending raw UTF-8 bytes would. */
+  publish(
+    partitionId: string,
+    body: string | Uint8Array,
+    applicationProperties?: Record<string, unknown>,
+  ): StoredEvent {
+    const bytes = typeof body === 'string' ? Buffer.from(body, 'utf8') : Buffer.from(body);
+    return this.#append(partitionId, rhea.message.data_section(bytes), applicationProperties, undefined);
+  }
+
+  /** The events stored in a partition, oldest first. */
+  events(partitionId: string): readonly StoredEvent[] {
+    return this.#logs.get(partitionId) ?? [];
+  }
+
+  /** Consumer links attached right now. */
+  consumers(): ConsumerLinkInfo[] {
+    return [...this.#consumers].map(({ hub, consumerGroup, partitionId, ownerLevel }) => ({
+      hub,
+      consumerGroup,
+      partitionId,
+      ownerLevel,
+    }));
+  }
+
+  async stop(): Promise<void> {
+    for (const connection of this.#connections) {
+      connection.close();
+    }
+    this.#connections.clear();
+    await new Promise<void>((resolve) => {
+      this.#server.close(() => resolve());
+      // Sockets still open after close() keep the server alive: end them.
+      setImmediate(() => {
+        for (const c of this.#connections)
+          (c as unknown as { socket?: { destroy(): void } }).socket?.destroy();
+      });
+    });
+  }
+
+  #append(
+    partitionId: string,
+    body: unknown,
+    applicationProperties: Record<string, unknown> | undefined,
+    partitionKey: string | undefined,
+  ): StoredEvent {
+    const log = this.#logs.get(partitionId);
+    if (!log) throw new Error(`no partition ${partitionId}`);
+    const offset = this.#nextOffset.get(partitionId) ?? 0;
+    const event: StoredEvent = {
+      sequenceNumber: log.length,
+      offset: String(offset),
+      enqueuedTime: Date.now(),
+      body,
+      applicationProperties,
+      partitionKey,
+    };
+    log.push(event);
+    // A stand-in for the event's size in the partition's byte stream.
+    this.#nextOffset.set(partitionId, offset + 100 + bodySize(body));
+    for (const consumer of this.#consumers) {
+      if (consumer.hub === this.hub && consumer.partitionId === partitionId) this.#pump(consumer.sender);
+    }
+    return event;
+  }
+
+  // --- links the client opens to receive (our senders) ---------------------------------------
+
+  #onClientReceiver(sender: Sender): void {
+    const address = sender.source?.address ?? '';
+    sender.set_source({ address });
+    sender.set_target({ address: sender.target?.address ?? '' });
+    if (address === '$cbs' || address === '$management') return; // a reply link
+    const match = CONSUMER_ADDRESS.exec(address);
+    const [, hub = '', consumerGroup = '', partitionId = ''] = match ?? [];
+    if (!match || hub !== this.hub || !this.#logs.has(partitionId)) {
+      sender.close({ condition: 'amqp:not-found', description: `no such entity: ${address}` });
+      return;
+    }
+    const epoch = (sender.properties as Record<string, unknown> | undefined)?.['com.microsoft:epoch'];
+    const ownerLevel = typeof epoch === 'number' ? epoch : undefined;
+    const peers = [...this.#consumers].filter(
+      (c) => c.consumerGroup === consumerGroup && c.partitionId === partitionId,
+    );
+    // Owner levels (epochs): a link with an owner level at least as high takes the partition
+    // over; the SDK's load balancer relies on this to stop the previous owner's reader.
+    if (ownerLevel === undefined && peers.some((p) => p.ownerLevel !== undefined)) {
+      sender.close({ condition: 'amqp:link:stolen', description: 'an owner-level receiver is active' });
+      return;
+    }
+    if (ownerLevel !== undefined) {
+      for (const peer of peers) {
+        if (peer.ownerLevel === undefined || peer.ownerLevel <= ownerLevel) {
+          this.#consumers.delete(peer);
+          peer.sender.close({
+            condition: 'amqp:link:stolen',
+            description: `receiver with owner level ${ownerLevel} took over partition ${partitionId}`,
+          });
+        }
+      }
+    }
+    let cursor: number;
+    try {
+      cursor = this.#startIndex(partitionId, filterOf(sender.source?.filter));
+    } catch (error) {
+      sender.close({ condition: 'amqp:invalid-field', description: (error as Error).message });
+      return;
+    }
+    this.#consumers.add({ hub, consumerGroup, partitionId, ownerLevel, sender, cursor });
+  }
+
+  #startIndex(partitionId: string, filter: string | undefined): number {
+    const log = this.#logs.get(partitionId) ?? [];
+    if (filter === undefined) return 0;
+    const match = FILTER.exec(filter.trim());
+    if (!match) throw new Error(`unsupported filter: ${filter}`);
+    const [, field, op, value = ''] = match;
+    if (field === 'x-opt-offset' && value === '@latest') return log.length;
+    const n = Number(value);
+    if (!Number.isFinite(n)) throw new Error(`bad filter value: ${filter}`);
+    const key = (e: StoredEvent) =>
+      field === 'x-opt-offset'
+        ? Number(e.offset)
+        : field === 'x-opt-sequence-number'
+          ? e.sequenceNumber
+          : e.enqueuedTime;
+    const index = log.findIndex((e) => (op === '>=' ? key(e) >= n : key(e) > n));
+    return index === -1 ? log.length : index;
+  }
+
+  /** Sends what the link has credit for: queued replies, or the partition's next events. */
+  #pump(sender: Sender): void {
+    const outbox = this.#outbox.get(sender);
+    while (outbox?.length && sender.sendable()) sender.send(outbox.shift() as Message);
+    const consumer = [...this.#consumers].find((c) => c.sender === sender);
+    if (!consumer) return;
+    const log = this.#logs.get(consumer.partitionId) ?? [];
+    while (consumer.cursor < log.length && sender.sendable()) {
+      sender.send(toAmqp(log[consumer.cursor] as StoredEvent));
+      consumer.cursor++;
+    }
+  }
+
+  #forgetSender(sender: Sender): void {
+    this.#outbox.delete(sender);
+    for (const c of this.#consumers) if (c.sender === sender) this.#consumers.delete(c);
+  }
+
+  #dropConnection(connection: Connection): void {
+    this.#connections.delete(connection);
+    for (const c of this.#consumers) if (c.sender.connection === connection) this.#consumers.delete(c);
+    for (const s of this.#outbox.keys()) if (s.connection === connection) this.#outbox.delete(s);
+  }
+
+  // --- links the client opens to send (our receivers) ----------------------------------------
+
+  #onClientSender(receiver: Receiver): void {
+    const address = receiver.target?.address ?? '';
+    receiver.set_source({ address: receiver.source?.address ?? '' });
+    receiver.set_target({ address });
+    // The SDK sizes its batches by the link's max message size: announce one.
+    (
+      receiver as unknown as { local: { attach: { max_message_size: number } } }
+    ).local.attach.max_message_size = 1024 * 1024;
+  }
+
+  #onMessage(ctx: EventContext): void {
+    const receiver = ctx.receiver as Receiver;
+    const address = receiver.target?.address ?? '';
+    const format = (ctx as EventContext & { format?: number }).format;
+    if (address === '$cbs') {
+      this.#reply(ctx, 202, undefined);
+      return;
+    }
+    if (address === '$management') {
+      this.#management(ctx);
+      return;
+    }
+    const partitionMatch = /^([^/]+)(?:\/Partitions\/([^/]+))?$/.exec(address);
+    if (!partitionMatch || partitionMatch[1] !== this.hub) return;
+    const target = partitionMatch[2];
+    const messages =
+      format === BATCH_FORMAT ? unbatch(ctx.message as unknown as Buffer) : [ctx.message as Message];
+    for (const message of messages) {
+      const key = message.message_annotations?.['x-opt-partition-key'];
+      const partitionKey = typeof key === 'string' ? key : undefined;
+      const partitionId = target ?? this.#choosePartition(partitionKey);
+      this.#append(partitionId, message.body, message.application_properties, partitionKey);
+    }
+  }
+
+  #choosePartition(partitionKey: string | undefined): string {
+    const count = this.partitionIds.length;
+    if (partitionKey === undefined) return this.partitionIds[this.#roundRobin++ % count] as string;
+    let hash = 0;
+    for (const ch of partitionKey) hash = (hash * 31 + (ch.codePointAt(0) ?? 0)) >>> 0;
+    return this.partitionIds[hash % count] as string;
+  }
+
+  #management(ctx: EventContext): void {
+    const props = (ctx.message?.application_properties ?? {}) as Record<string, unknown>;
+    if (props.operation !== 'READ' || props.name !== this.hub) {
+      this.#reply(ctx, 404, undefined, `no such entity: ${String(props.name)}`);
+    } else if (props.type === 'com.microsoft:eventhub') {
+      this.#reply(ctx, 200, {
+        name: this.hub,
+        type: 'com.microsoft:eventhub',
+        created_at: this.#createdAt,
+        partition_count: this.partitionIds.length,
+        partition_ids: rhea.types.wrap_array([...this.partitionIds], STR8_ARRAY, undefined),
+      });
+    } else {
+      const partitionId = String(props.partition);
+      const log = this.#logs.get(partitionId);
+      if (props.type !== 'com.microsoft:partition' || !log) {
+        this.#reply(ctx, 404, undefined, `no such partition: ${partitionId}`);
+        return;
+      }
+      const last = log.at(-1);
+      this.#reply(ctx, 200, {
+        name: this.hub,
+        type: 'com.microsoft:partition',
+        partition: partitionId,
+        begin_sequence_number: rhea.types.wrap_long(0),
+        last_enqueued_sequence_number: rhea.types.wrap_long(last?.sequenceNumber ?? -1),
+        last_enqueued_offset: last?.offset ?? '-1',
+        last_enqueued_time_utc: new Date(last?.enqueuedTime ?? 0),
+        is_partition_empty: log.length === 0,
+      });
+    }
+  }
+
+  /** Answers a request on the link whose address is the request's `reply_to`. */
+  #reply(ctx: EventContext, status: number, body: unknown, description?: string): void {
+    const request = ctx.message;
+    const replyTo = request?.reply_to;
+    if (!request || !replyTo) return;
+    let link: Sender | undefined;
+    ctx.connection.each_sender(
+      (s: Sender) => {
+        link ??= s;
+      },
+      (s: Sender) => s.target?.address === replyTo || s.name === replyTo,
+    );
+    if (!link) return;
+    const reply: Message = {
+      correlation_id: request.message_id,
+      application_properties: {
+        'status-code': rhea.types.wrap_int(status),
+        'status-description': description ?? (status < 300 ? 'OK' : 'error'),
+      },
+      body,
+    } as Message;
+    const outbox = this.#outbox.get(link) ?? [];
+    outbox.push(reply);
+    this.#outbox.set(link, outbox);
+    this.#pump(link);
+  }
+}
+
+/** The selector string of a consumer link's source filter, if any. */
+function filterOf(filter: unknown): string | undefined {
+  if (typeof filter !== 'object' || filter === null) return undefined;
+  const entry = (filter as Record<string, unknown>)[SELECTOR_FILTER];
+  if (typeof entry === 'string') return entry;
+  const value = (entry as { value?: unknown } | undefined)?.value;
+  if (typeof value === 'string') return value;
+  return typeof (value as Typed | undefined)?.value === 'string' ? (value as Typed).value : undefined;
+}
+
+/** A producer batch: one message whose data sections are each an encoded message. */
+function unbatch(payload: Buffer): Message[] {
+  const outer = rhea.message.decode(payload);
+  const section = outer.body as { content: Buffer | Buffer[]; multiple?: boolean };
+  const parts = section.multiple ? (section.content as Buffer[]) : [section.content as Buffer];
+  return parts.map((part) => rhea.message.decode(part) as unknown as Message);
+}
+
+function toAmqp(event: StoredEvent): Message {
+  const annotations: Record<string, unknown> = {
+    'x-opt-sequence-number': rhea.types.wrap_long(event.sequenceNumber),
+    'x-opt-offset': event.offset,
+    'x-opt-enqueued-time': rhea.types.wrap_timestamp(event.enqueuedTime),
+  };
+  if (event.partitionKey !== undefined) annotations['x-opt-partition-key'] = event.partitionKey;
+  const message: Record<string, unknown> = { body: event.body, message_annotations: annotations };
+  if (event.applicationProperties) message.application_properties = event.applicationProperties;
+  return message as unknown as Message;
+}
+
+function bodySize(body: unknown): number {
+  const content = (body as { content?: unknown } | null)?.content;
+  if (Buffer.isBuffer(content)) return content.length;
+  return Buffer.byteLength(JSON.stringify(body ?? null) ?? '', 'utf8');
+}
