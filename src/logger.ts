@@ -1,4 +1,5 @@
 import { type DestinationStream, type Logger, type LoggerOptions, pino } from 'pino';
+import { ConfigError } from './errors.js';
 
 /**
  * Paths pino blanks out wherever they appear in a log object. The kit never logs a secret; this
@@ -19,9 +20,15 @@ export const REDACT_PATHS = [
 ];
 
 export function createLogger(options: LoggerOptions = {}, destination?: DestinationStream): Logger {
+  const level = options.level ?? process.env.LOG_LEVEL ?? 'info';
+  if (level !== 'silent' && !(level in pino.levels.values)) {
+    throw new ConfigError(
+      `log level "${level}" is not one of fatal, error, warn, info, debug, trace, silent (LOG_LEVEL)`,
+    );
+  }
   const settings: LoggerOptions = {
     name: 'partner-events',
-    level: process.env.LOG_LEVEL ?? 'info',
+    level,
     redact: { paths: REDACT_PATHS, censor: '[redacted]' },
     ...options,
   };

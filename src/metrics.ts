@@ -17,6 +17,7 @@ export class ConsumerMetrics {
   readonly #retried: Counter<'code'>;
   readonly #dead: Counter<'code'>;
   readonly #latency: Histogram<'outcome'>;
+  readonly #handlerLatency: Histogram<'outcome'>;
   readonly #age: Histogram;
 
   constructor(options: { registry?: Registry; inFlight?: () => number; ready?: () => boolean } = {}) {
@@ -48,6 +49,13 @@ export class ConsumerMetrics {
       help: 'Time from receipt to outcome (verification, dedupe, handlers), by outcome.',
       labelNames: ['outcome'],
       buckets: [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30],
+      registers,
+    });
+    this.#handlerLatency = new Histogram({
+      name: 'partner_events_handler_seconds',
+      help: 'Time spent in the handlers (or forwarding to the app), by outcome: ok or failed.',
+      labelNames: ['outcome'],
+      buckets: [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60],
       registers,
     });
     this.#age = new Histogram({
@@ -83,6 +91,10 @@ export class ConsumerMetrics {
     if (report.signedAt !== undefined && report.attempt === 1)
       this.#age.observe(nowMs / 1000 - report.signedAt);
     this.#latency.observe({ outcome: outcome.kind }, report.durationMs / 1000);
+    if (report.handlerDurationMs !== undefined) {
+      const ok = outcome.kind === 'ack' && outcome.result === 'handled';
+      this.#handlerLatency.observe({ outcome: ok ? 'ok' : 'failed' }, report.handlerDurationMs / 1000);
+    }
     if (outcome.kind === 'ack') {
       if (outcome.result === 'handled') this.#handled.inc({ event_type: report.eventType ?? 'unknown' });
       else if (outcome.result === 'duplicate') this.#duplicates.inc();

@@ -47,7 +47,10 @@ export interface ProcessResult {
   /** `signed_at` (Unix seconds) of a verified event. */
   readonly signedAt: number | undefined;
   readonly attempt: number;
+  /** Receipt to outcome: verification, dedupe and handlers. */
   readonly durationMs: number;
+  /** The handlers alone, when they ran. */
+  readonly handlerDurationMs: number | undefined;
 }
 
 type Fail = { code: ErrorCode; reason: string; delayMs?: number };
@@ -78,6 +81,7 @@ export class Pipeline {
   async process(message: RawMessage, signal?: AbortSignal): Promise<ProcessResult> {
     const started = performance.now();
     const s = this.#settings;
+    let handlerMs: number | undefined;
     const finish = (outcome: Outcome, verified?: VerifiedMessage): ProcessResult => ({
       outcome,
       eventId: verified?.eventId,
@@ -86,6 +90,7 @@ export class Pipeline {
       signedAt: verified?.signedAt,
       attempt: message.attempt,
       durationMs: performance.now() - started,
+      handlerDurationMs: handlerMs,
     });
     const fail = (f: Fail, verified?: VerifiedMessage) =>
       finish(decide(f.code, f.reason, message.attempt, s.retry, f.delayMs), verified);
@@ -159,7 +164,9 @@ export class Pipeline {
       return fail({ code: validation.code, reason: validation.reason }, verified);
     }
 
+    const handlersStarted = performance.now();
     const failure = await this.#runHandlers(handlers, validation.event, verified, message, token, signal);
+    handlerMs = performance.now() - handlersStarted;
     if (failure) {
       // A timed-out or lease-lost handler may still be running: keep the claim until its lease
       // expires so no second copy starts alongside it.

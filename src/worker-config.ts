@@ -146,9 +146,12 @@ export function resolveWorkerConfig(layers: { file?: Plain; env?: Plain; flags?:
   const merged = deepMerge(deepMerge(file ?? {}, env ?? {}), flags ?? {});
   const result = workerConfigSchema.safeParse(merged);
   if (!result.success) {
+    const leaves = new Set(configLeaves().map((l) => l.path.join('.')));
     const lines = result.error.issues.map((issue) => {
       const path = issue.path.map(String);
-      const where = path.length ? `${path.join('.')} (${envName(path)})` : '(config)';
+      // Name the environment variable only where one exists (leaves, not whole sections).
+      const env = leaves.has(path.join('.')) ? ` (${envName(path)})` : '';
+      const where = path.length ? `${path.join('.')}${env}` : '(config)';
       return `  - ${where}: ${issue.message}`;
     });
     throw new ConfigError(`invalid configuration:\n${lines.join('\n')}`, {

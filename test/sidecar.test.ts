@@ -131,6 +131,7 @@ describe('sidecar with HTTP ingress', () => {
       expect(metric(metrics, 'partner_events_retried_total', 'code="SIGNATURE_MISMATCH"')).toBe(1);
       expect(metric(metrics, 'partner_events_dead_lettered_total', 'code="MALFORMED_ENVELOPE"')).toBe(1);
       expect(metric(metrics, 'partner_events_processing_seconds_count', 'outcome="ack"')).toBe(3);
+      expect(metric(metrics, 'partner_events_handler_seconds_count', 'outcome="ok"')).toBe(2);
       expect(metric(metrics, 'partner_events_event_age_seconds_count')).toBe(3);
       expect(metric(metrics, 'partner_events_in_flight')).toBe(0);
       expect((await fetch(`${sidecar.ops}/healthz`)).status).toBe(200);
@@ -312,5 +313,65 @@ describe('deployment examples', () => {
     );
     expect(sidecar.readinessProbe.httpGet.path).toBe('/readyz');
     expect(sidecar.livenessProbe.httpGet.path).toBe('/healthz');
+  });
+});
+
+describe('sidecar start-up failures', () => {
+  it('exits 2, without hanging, when the ops port is taken', async () => {
+    const { createServer } = await import('node:net');
+    const blocker = createServer();
+    await new Promise<void>((resolve) => blocker.listen(0, '127.0.0.1', resolve));
+    const port = (blocker.address() as { port: number }).port;
+    try {
+      const result = await runCli([
+        'run',
+        '--source',
+        'http://127.0.0.1:0/events',
+        '--forward',
+        'http://127.0.0.1:9/x',
+        '--dedupe',
+        'memory',
+        '--ops-port',
+        String(port),
+      ]);
+      expect(result.code).toBe(2);
+      expect(result.stderr).toContain('cannot serve the ops endpoints');
+    } finally {
+      blocker.close();
+    }
+  });
+
+  it('refuses an unknown LOG_LEVEL with a clear message', async () => {
+    const result = await runCli(
+      [
+        'run',
+        '--source',
+        'http://127.0.0.1:0/events',
+        '--forward',
+        'http://127.0.0.1:9/x',
+        '--dedupe',
+        'memory',
+      ],
+      {
+        env: { LOG_LEVEL: 'verbose' },
+      },
+    );
+    expect(result.code).toBe(2);
+    expect(result.stderr).toContain('log level "verbose"');
+  });
+
+  it('--no-ops turns the endpoints off', async () => {
+    const app = await startApp();
+    const events = join(dir.path, 'events.jsonl');
+    writeFileSync(events, `${createTestEnvelope('daily.data.steps.created').raw}\n`);
+    const result = await runCli(
+      ['run', '--source', `file:${events}`, '--forward', app.url, '--dedupe', 'memory', '--no-ops'],
+      {
+        env: { PARTNER_EVENTS_OPS_PORT: '9464', LOG_LEVEL: 'info' },
+      },
+    );
+    await app.close();
+    expect(result.code).toBe(0);
+    expect(result.stdout).not.toContain('operations endpoints');
   });
 });

@@ -14,7 +14,7 @@ export interface HttpIngressOptions {
   readonly path?: string;
   /** Larger bodies are refused with 413 before they are read. Default 1 MiB. */
   readonly maxBodyBytes?: number;
-  /** Requests waiting for the worker beyond this get 503 + Retry-After (backpressure). Default 1000. */
+  /** Requests waiting for the worker beyond this get 503 BUSY + Retry-After (backpressure). Default 1000. */
   readonly maxPending?: number;
 }
 
@@ -25,8 +25,9 @@ export interface HttpMessage extends RawMessage {
 /**
  * HTTP ingress, for partners who relay events over HTTP: POST one envelope per request to
  * `/events`. The response is the outcome: 200 = acked (handled, duplicate or ignored), 503 with
- * `Retry-After` = retry later, 422 (413 for an oversized body) = rejected and dead-lettered, with
- * `{ outcome, code, reason }` as JSON. HTTP has no broker enqueue time, so age is measured
+ * `Retry-After` = retry later (also when too many requests wait: code BUSY), 422 = rejected and
+ * dead-lettered, with `{ outcome, code, reason }` as JSON. A body over the size limit gets 413
+ * before it is read: not dead-lettered (the sender still holds it), nothing buffered. HTTP has no broker enqueue time, so age is measured
  * against the clock at receipt.
  */
 export class HttpIngressSource implements SourceAdapter<HttpMessage> {
@@ -112,9 +113,17 @@ export class HttpIngressSource implements SourceAdapter<HttpMessage> {
       res.setHeader('allow', 'POST');
       return void reply(res, 405, { error: 'method not allowed' });
     }
-    if (this.#closed || this.#pending.length >= this.#maxPending) {
+    if (this.#closed) {
+      res.setHeader('retry-after', '5');
+      return void reply(res, 503, { outcome: 'retry', code: 'SHUTDOWN', reason: 'stopping: retry' });
+    }
+    if (this.#pending.length >= this.#maxPending) {
       res.setHeader('retry-after', '1');
-      return void reply(res, 503, { outcome: 'retry', code: 'SHUTDOWN', reason: 'busy or stopping: retry' });
+      return void reply(res, 503, {
+        outcome: 'retry',
+        code: 'BUSY',
+        reason: `${this.#maxPending} requests already waiting: retry`,
+      });
     }
     const declared = Number(req.headers['content-length'] ?? 0);
     if (declared > this.#maxBodyBytes) return void this.#tooLarge(req, res, declared);

@@ -53,6 +53,8 @@ const CLOSE_GRACE_MS = 1000;
 export class SqsAdapter implements SourceAdapter<SqsMessage> {
   readonly name: string;
   readonly maxBatchSize: number;
+  /** One long poll: the sidecar's watchdog reports a receive hung well beyond this. */
+  readonly maxReceiveWaitMs: number;
   readonly heartbeatIntervalMs: number;
   readonly queueUrl: string;
   readonly client: SQSClient;
@@ -80,6 +82,7 @@ export class SqsAdapter implements SourceAdapter<SqsMessage> {
     this.queueUrl = resolved.queueUrl;
     this.#queueName = queueNameOf(resolved.queueUrl);
     this.maxBatchSize = resolved.batchSize;
+    this.maxReceiveWaitMs = resolved.waitTimeSeconds * 1000;
     this.heartbeatIntervalMs = Math.round(resolved.heartbeatIntervalSeconds * 1000);
     this.#ownsClient = options.client === undefined;
     this.client = options.client ?? new SQSClient({});

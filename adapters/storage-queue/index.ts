@@ -75,6 +75,8 @@ const POISON_TTL_NEVER = -1;
 export class StorageQueueAdapter implements SourceAdapter<StorageQueueMessage> {
   readonly name: string;
   readonly maxBatchSize: number;
+  /** The longest empty-queue pause: the sidecar's watchdog reports a receive hung well beyond it. */
+  readonly maxReceiveWaitMs: number;
   readonly heartbeatIntervalMs: number;
   readonly queueName: string;
   /** The poison queue's name, or undefined when dead events only go to the dead-letter file. */
@@ -96,6 +98,7 @@ export class StorageQueueAdapter implements SourceAdapter<StorageQueueMessage> {
     this.queueName = this.#target.queueName;
     this.name = options.name ?? `azure-storage-queue:${this.queueName}`;
     this.maxBatchSize = this.#settings.numberOfMessages;
+    this.maxReceiveWaitMs = this.#settings.maxPollIntervalMs;
     this.heartbeatIntervalMs = this.#settings.heartbeatIntervalMs;
     const poison = options.poisonQueue ?? `${this.queueName}-poison`;
     if (typeof poison === 'string') checkQueueName(poison, 'poison queue name');

@@ -1,13 +1,13 @@
 import { resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import type { Logger } from 'pino';
-import type { SourceAdapter } from '../adapter.js';
 import { type ConsumerSettingsInput, consumerSettingsSchema } from '../config.js';
 import { ConfigError } from '../errors.js';
 import { createForwarder, describeUrl } from '../forward.js';
 import { createLogger } from '../logger.js';
 import { ConsumerMetrics } from '../metrics.js';
-import { startOpsServer } from '../ops.js';
+import { type OpsServer, startOpsServer } from '../ops.js';
+import { readiness } from '../readiness.js';
 import type { EventPattern, Handler } from '../router.js';
 import { ENV_SECRETS_FILE, type Keyring, readSecretsFile, watchSecrets } from '../secrets.js';
 import { type Consumer, createConsumer } from '../worker.js';
@@ -106,7 +106,7 @@ export async function runCommand(args: string[]): Promise<number> {
   let consumer: Consumer | undefined;
   const metrics = new ConsumerMetrics({
     inFlight: () => consumer?.status.inFlight ?? 0,
-    ready: () => consumer !== undefined && readiness(consumer, source, config).every,
+    ready: () => consumer !== undefined && readiness(consumer, source, config.ops.stallAfterMs).ready,
   });
   consumer = createConsumer({
     ...pickConsumerSettings(config),
@@ -126,16 +126,24 @@ export async function runCommand(args: string[]): Promise<number> {
   }
 
   const running = consumer;
-  const ops =
-    config.ops.port >= 0
-      ? await startOpsServer({
-          host: config.ops.host,
-          port: config.ops.port,
-          registry: metrics.registry,
-          alive: () => running.status.state !== 'stopped',
-          readiness: () => readiness(running, source, config).checks,
-        })
-      : undefined;
+  let ops: OpsServer | undefined;
+  if (config.ops.port >= 0) {
+    try {
+      ops = await startOpsServer({
+        host: config.ops.host,
+        port: config.ops.port,
+        registry: metrics.registry,
+        alive: () => running.status.state !== 'stopped',
+        readiness: () => readiness(running, source, config.ops.stallAfterMs).checks,
+      });
+    } catch (cause) {
+      await running.stop(); // closes the source and the dedupe store: nothing is left listening
+      throw new ConfigError(
+        `cannot serve the ops endpoints on ${config.ops.host}:${config.ops.port}: ${(cause as Error).message}`,
+        { cause },
+      );
+    }
+  }
   if (ops) logger.info({ ops: ops.url }, 'operations endpoints: /healthz /readyz /metrics');
 
   const stopWatching = watchSecretsFor(keyring, config.secretsFile, logger);
@@ -157,30 +165,6 @@ export async function runCommand(args: string[]): Promise<number> {
 function pickConsumerSettings(config: WorkerConfig): ConsumerSettingsInput {
   const keys = Object.keys(consumerSettingsSchema.shape) as (keyof ConsumerSettingsInput)[];
   return Object.fromEntries(keys.map((k) => [k, config[k]])) as ConsumerSettingsInput;
-}
-
-/** The checks behind /readyz: source reachable, dedupe reachable, secrets loaded, poller alive. */
-function readiness(consumer: Consumer, source: SourceAdapter, config: WorkerConfig) {
-  const status = consumer.status;
-  const now = Date.now();
-  const stalledFor =
-    status.receivingSince !== undefined && source.maxReceiveWaitMs !== undefined
-      ? now - status.receivingSince - source.maxReceiveWaitMs
-      : 0;
-  const checks = {
-    source: {
-      ok: (source.connected ?? true) && status.lastReceiveError === undefined,
-      ...(status.lastReceiveError ? { detail: status.lastReceiveError } : {}),
-    },
-    dedupe: { ok: status.dedupeAvailable },
-    secrets: { ok: consumer.keyring.active().length > 0, detail: `keys: ${status.keyIds.join(', ')}` },
-    poller: {
-      ok: status.state === 'running' && stalledFor < config.ops.stallAfterMs,
-      detail:
-        stalledFor > 0 ? `receive pending ${Math.round(stalledFor / 1000)}s past its wait` : status.state,
-    },
-  };
-  return { checks, every: Object.values(checks).every((c) => c.ok) };
 }
 
 function watchSecretsFor(keyring: Keyring, secretsFile: string | undefined, logger: Logger): () => void {

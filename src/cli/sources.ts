@@ -64,6 +64,8 @@ export async function openSource(config: WorkerConfig, logger: Logger): Promise<
       port: Number(url.port || 80),
       path: url.pathname === '/' ? '/events' : url.pathname,
       maxBodyBytes: config.maxEnvelopeBytes,
+      // Bounded memory: at most this many bodies wait for a free handler slot.
+      maxPending: config.concurrency * 8,
     });
     logger.info({ ingress: source.url }, 'listening for envelopes');
     return source;
