@@ -5,13 +5,17 @@ WORKDIR /app
 RUN apt-get update && apt-get install -y --no-install-recommends python3 make g++ \
   && rm -rf /var/lib/apt/lists/*
 COPY package.json package-lock.json ./
-# Scripts run later: `prepare` builds from sources that are not copied yet.
-RUN npm ci --no-audit --no-fund --ignore-scripts && npm rebuild better-sqlite3
+# Scripts run later: `prepare` builds from sources that are not copied yet. (`npm install` when a
+# registry mirror left other platforms' optional binaries out of the lock and `npm ci` refuses it.)
+RUN (npm ci --no-audit --no-fund --ignore-scripts || npm install --no-audit --no-fund --ignore-scripts) \
+  && npm rebuild better-sqlite3
 COPY . .
+# Build, then install the runtime set afresh: the production dependencies plus the optional peers
+# every source and the Redis store need (they are dev-only in this repository's package.json).
 RUN npm run build \
-  && npm prune --omit=dev \
-  # The optional peers every source and the Redis store need (dev-only in this repository).
-  && npm install --omit=dev --no-save --no-audit --no-fund --ignore-scripts \
+  && npm pkg delete devDependencies scripts.prepare scripts.pretest \
+  && rm -rf node_modules \
+  && npm install --omit=dev --no-audit --no-fund \
      ioredis@^6 @aws-sdk/client-sqs@^3 @azure/storage-queue@~12.30.0 @azure/identity@~4.12.0 \
      @azure/event-hubs@6.0.0 @azure/eventhubs-checkpointstore-blob@2.0.0 @azure/storage-blob@~12.30.0
 

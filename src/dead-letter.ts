@@ -82,6 +82,23 @@ export function rawOfDeadLetter(record: DeadLetterRecord): string | Uint8Array {
 }
 
 /**
+ * The envelope to verify again when a dead letter is replayed or inspected: the original
+ * message, except that a Storage Queue message rejected for its transport encoding (base64 text
+ * while `none` was configured) is decoded, as its record's hint says.
+ */
+export function envelopeOfDeadLetter(record: DeadLetterRecord): string | Uint8Array {
+  const raw = rawOfDeadLetter(record);
+  if (
+    record.code === 'ENCODING_MISMATCH' &&
+    record.metadata.encoding_hint === 'looks-base64' &&
+    typeof raw === 'string'
+  ) {
+    return Buffer.from(raw, 'base64').toString('utf8');
+  }
+  return raw;
+}
+
+/**
  * Appends records to a JSONL file, serialised so lines never interleave. Each record opens the
  * file, appends, `datasync`s and closes it: dead letters are rare, durability matters more than
  * speed, and a file moved away by log rotation is simply created anew on the next record.

@@ -12,7 +12,7 @@ import { FileSource } from '../adapters/file/index.js';
 import { deadLetterRecord } from '../src/dead-letter.js';
 import { createTestEnvelope } from '../src/testing.js';
 import { Azurite } from './support/azurite.js';
-import { startApp, startCli } from './support/cli.js';
+import { runCli, startApp, startCli } from './support/cli.js';
 import { EventHubsBroker } from './support/event-hubs-broker.js';
 import { createQueue, fauxqsClient, startFauxqs } from './support/fauxqs.js';
 import { tempDir } from './support/harness.js';
@@ -102,6 +102,27 @@ describe('run --source sqs:QUEUE_URL', () => {
   });
 });
 
+describe('sqsSourceFromCli', () => {
+  it('takes the region from an AWS queue URL unless AWS_REGION is set (SDK v3 ignores AWS_DEFAULT_REGION)', async () => {
+    const { sqsSourceFromCli } = await import('../adapters/sqs/index.js');
+    const saved = { region: process.env.AWS_REGION, fallback: process.env.AWS_DEFAULT_REGION };
+    try {
+      delete process.env.AWS_REGION;
+      process.env.AWS_DEFAULT_REGION = 'us-west-2';
+      const fromUrl = sqsSourceFromCli('https://sqs.eu-central-1.amazonaws.com/123456789012/q');
+      expect(await fromUrl.client.config.region()).toBe('eu-central-1');
+      const fromDefault = sqsSourceFromCli('sqs:http://127.0.0.1:9/000000000000/q');
+      expect(await fromDefault.client.config.region()).toBe('us-west-2');
+      await Promise.all([fromUrl.close(), fromDefault.close()]);
+    } finally {
+      if (saved.region === undefined) delete process.env.AWS_REGION;
+      else process.env.AWS_REGION = saved.region;
+      if (saved.fallback === undefined) delete process.env.AWS_DEFAULT_REGION;
+      else process.env.AWS_DEFAULT_REGION = saved.fallback;
+    }
+  });
+});
+
 describe('run --source azure-event-hubs:HUB', () => {
   it('consumes every partition of the hub with the connection string from the environment', async () => {
     const broker = await EventHubsBroker.start({ hub: 'cli-hub', partitions: 2 });
@@ -153,5 +174,8 @@ describe('replaying an ENCODING_MISMATCH dead letter', () => {
     const [message] = (await source.receive(1, new AbortController().signal)) ?? [];
     expect(message?.body).toBe(event.raw);
     await source.close();
+    // verify judges the record the same way replay will.
+    const verified = await runCli(['verify', file, '--json', '--no-age']);
+    expect(JSON.parse(verified.stdout.trim())).toMatchObject({ ok: true, event_id: event.eventId });
   });
 });

@@ -341,6 +341,29 @@ describe('sidecar start-up failures', () => {
     }
   });
 
+  it('exits 2, without a stack trace, when the ingress port is taken', async () => {
+    const { createServer } = await import('node:net');
+    const blocker = createServer();
+    await new Promise<void>((resolve) => blocker.listen(0, '127.0.0.1', resolve));
+    const port = (blocker.address() as { port: number }).port;
+    try {
+      const result = await runCli([
+        'run',
+        '--source',
+        `http://127.0.0.1:${port}/events`,
+        '--forward',
+        'http://127.0.0.1:9/x',
+        '--dedupe',
+        'memory',
+      ]);
+      expect(result.code).toBe(2);
+      expect(result.stderr).toContain('HTTP ingress cannot listen');
+      expect(result.stderr).not.toContain('    at ');
+    } finally {
+      blocker.close();
+    }
+  });
+
   it('refuses an unknown LOG_LEVEL with a clear message', async () => {
     const result = await runCli(
       [

@@ -1,7 +1,7 @@
 import { createReadStream } from 'node:fs';
 import { createInterface } from 'node:readline';
 import type { RawMessage, SourceAdapter } from '../../src/adapter.js';
-import { type DeadLetterRecord, isDeadLetterRecord, rawOfDeadLetter } from '../../src/dead-letter.js';
+import { envelopeOfDeadLetter, isDeadLetterRecord } from '../../src/dead-letter.js';
 import type { Outcome } from '../../src/outcome.js';
 import { Waker } from '../../src/wake.js';
 
@@ -126,7 +126,7 @@ function toMessage(line: string, lineNo: number, readAt: number): FileMessage | 
       return {
         id,
         line: lineNo,
-        body: replayBody(record),
+        body: envelopeOfDeadLetter(record),
         attempt: 1,
         enqueuedAt: parseTime(record.enqueued_at) ?? readAt,
         metadata: {
@@ -139,22 +139,6 @@ function toMessage(line: string, lineNo: number, readAt: number): FileMessage | 
     }
   }
   return { id, line: lineNo, body: line, attempt: 1, enqueuedAt: readAt };
-}
-
-/**
- * The message to replay. A Storage Queue message rejected for its transport encoding (base64 text
- * while `none` was configured) is replayed decoded: the hint in its record says how.
- */
-function replayBody(record: DeadLetterRecord): string | Uint8Array {
-  const raw = rawOfDeadLetter(record);
-  if (
-    record.code === 'ENCODING_MISMATCH' &&
-    record.metadata.encoding_hint === 'looks-base64' &&
-    typeof raw === 'string'
-  ) {
-    return Buffer.from(raw, 'base64').toString('utf8');
-  }
-  return raw;
 }
 
 function parseTime(text: string | null): number | undefined {

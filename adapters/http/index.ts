@@ -2,6 +2,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo } from 'node:net';
 import type { RawMessage, SourceAdapter } from '../../src/adapter.js';
 import { DEFAULT_MAX_ENVELOPE_BYTES } from '../../src/envelope.js';
+import { ConfigError } from '../../src/errors.js';
 import type { Outcome } from '../../src/outcome.js';
 import { Waker } from '../../src/wake.js';
 
@@ -53,9 +54,16 @@ export class HttpIngressSource implements SourceAdapter<HttpMessage> {
   /** Starts listening; resolves once the port is bound. */
   static async listen(options: HttpIngressOptions): Promise<HttpIngressSource> {
     const source = new HttpIngressSource(options);
+    const host = options.host ?? '127.0.0.1';
     await new Promise<void>((resolve, reject) => {
-      source.#server.once('error', reject);
-      source.#server.listen(options.port, options.host ?? '127.0.0.1', () => resolve());
+      source.#server.once('error', (cause: Error) =>
+        reject(
+          new ConfigError(`HTTP ingress cannot listen on ${host}:${options.port}: ${cause.message}`, {
+            cause,
+          }),
+        ),
+      );
+      source.#server.listen(options.port, host, () => resolve());
     });
     return source;
   }

@@ -424,12 +424,14 @@ export function sqsSourceFromCli(spec: string, options: { logger?: Logger } = {}
   if (!queueUrl) throw new ConfigError('--source sqs: needs a queue URL');
   // An AWS queue URL names its region: use it when the environment sets none.
   const region = /^https:\/\/sqs\.([a-z0-9-]+)\.amazonaws\.com/.exec(queueUrl)?.[1];
-  const configured = process.env.AWS_REGION ?? process.env.AWS_DEFAULT_REGION;
+  // SDK v3 reads AWS_REGION only (not AWS_DEFAULT_REGION): fill the gap from the URL, then the CLI convention.
+  const configured = process.env.AWS_REGION;
+  const fallbackRegion = region ?? process.env.AWS_DEFAULT_REGION;
   // With an endpoint from the environment (a local emulator), send there rather than to the
   // queue URL's host, which the SDK would otherwise prefer.
   const localEndpoint = process.env.AWS_ENDPOINT_URL_SQS ?? process.env.AWS_ENDPOINT_URL;
   const clientConfig = {
-    ...(region && !configured ? { region } : {}),
+    ...(!configured && fallbackRegion ? { region: fallbackRegion } : {}),
     ...(localEndpoint ? { useQueueUrlAsEndpoint: false } : {}),
   };
   return createSqsAdapter({

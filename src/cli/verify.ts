@@ -1,4 +1,4 @@
-import { isDeadLetterRecord, rawOfDeadLetter } from '../dead-letter.js';
+import { envelopeOfDeadLetter, isDeadLetterRecord } from '../dead-letter.js';
 import { parseEnvelope } from '../envelope.js';
 import { VerificationError } from '../errors.js';
 import { validateEvent } from '../events/validate.js';
@@ -103,7 +103,7 @@ function verifyLine(
     try {
       const record: unknown = JSON.parse(text);
       if (isDeadLetterRecord(record)) {
-        raw = rawOfDeadLetter(record);
+        raw = envelopeOfDeadLetter(record);
         if (record.enqueued_at !== null) enqueuedAt = Date.parse(record.enqueued_at);
       }
     } catch {

@@ -1,0 +1,50 @@
+import { randomUUID } from 'node:crypto';
+import { SendMessageCommand, SQSClient } from '@aws-sdk/client-sqs';
+import { AdapterError, ConfigError } from '../../src/errors.js';
+import type { Delivery, OutgoingMessage, Target } from '../../src/target.js';
+import { isFifoQueue, queueNameOf } from './options.js';
+
+/** The SQS client a CLI queue spec implies (region from the URL, a local endpoint from the env). */
+export function cliClient(queueUrl: string): SQSClient {
+  const region = /^https:\/\/sqs\.([a-z0-9-]+)\.amazonaws\.com/.exec(queueUrl)?.[1];
+  const configured = process.env.AWS_REGION ?? process.env.AWS_DEFAULT_REGION;
+  const localEndpoint = process.env.AWS_ENDPOINT_URL_SQS ?? process.env.AWS_ENDPOINT_URL;
+  return new SQSClient({
+    ...(region && !configured ? { region } : {}),
+    // With an endpoint from the environment (a local emulator), send there, not to the URL's host.
+    ...(localEndpoint ? { useQueueUrlAsEndpoint: false } : {}),
+  });
+}
+
+/**
+ * `--to sqs:QUEUE_URL` (or an AWS queue URL): one `SendMessage` per envelope, the body exactly as
+ * given. On a FIFO queue every message gets its own deduplication id (a duplicate delivery is
+ * meant to arrive twice) and one message group, so order is kept.
+ */
+export function sqsTargetFromCli(spec: string): Target {
+  const queueUrl = spec.startsWith('sqs:') ? spec.slice('sqs:'.length) : spec;
+  if (!/^https?:\/\/[^/]+\/.+/.test(queueUrl)) throw new ConfigError(`--to ${spec}: expected sqs:QUEUE_URL`);
+  const client = cliClient(queueUrl);
+  const fifo = isFifoQueue(queueUrl);
+  const name = `sqs:${queueNameOf(queueUrl)}`;
+  return {
+    name,
+    async send(message: OutgoingMessage): Promise<Delivery> {
+      const body =
+        typeof message.body === 'string' ? message.body : Buffer.from(message.body).toString('utf8');
+      try {
+        await client.send(
+          new SendMessageCommand({
+            QueueUrl: queueUrl,
+            MessageBody: body,
+            ...(fifo ? { MessageGroupId: 'partner-events', MessageDeduplicationId: randomUUID() } : {}),
+          }),
+        );
+      } catch (cause) {
+        throw new AdapterError(`SendMessage to ${name} failed: ${(cause as Error).message}`, { cause });
+      }
+      return { accepted: true, detail: 'sent' };
+    },
+    close: async () => client.destroy(),
+  };
+}
