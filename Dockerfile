@@ -13,7 +13,7 @@ COPY . .
 # Build, then install the runtime set afresh: the production dependencies plus the optional peers
 # every source and the Redis store need (they are dev-only in this repository's package.json).
 RUN npm run build \
-  && npm pkg delete devDependencies scripts.prepare scripts.pretest \
+  && npm pkg delete devDependencies peerDependencies peerDependenciesMeta scripts.prepare scripts.pretest \
   && rm -rf node_modules \
   && npm install --omit=dev --no-audit --no-fund \
      ioredis@^6 @aws-sdk/client-sqs@^3 @azure/storage-queue@~12.30.0 @azure/identity@~4.12.0 \
