@@ -18,7 +18,8 @@ export default defineConfig({
     },
   },
   test: {
-    include: ['test/**/*.test.ts'],
+    // examples/ holds partner-facing example tests: they run too, so they keep working.
+    include: ['test/**/*.test.ts', 'examples/**/*.test.ts'],
     // Type tests (`*.test-d.ts`) run through tsc: a wrong handler type fails `npm test`.
     typecheck: { enabled: true, include: ['test/**/*.test-d.ts'], tsconfig: './tsconfig.json' },
     testTimeout: 20_000,

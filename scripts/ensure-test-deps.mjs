@@ -1,29 +1,35 @@
-// `npm test` runs every suite, and the Redis suites need a real redis-server. On a fresh
-// Debian-like machine where we are root, install it; otherwise say how (the suites then skip
-// locally, and fail in CI, where .ci/run installs it).
+// `npm test` runs every suite: the Redis suites need a real redis-server, the runbook test runs
+// the runbook's commands, which use jq. On a fresh Debian-like machine where we are root, install
+// what is missing; otherwise say how (those suites then skip locally, and CI, whose .ci/run
+// installs them, fails instead).
 import { spawnSync } from 'node:child_process';
 
 const has = (cmd) => spawnSync(cmd, ['--version'], { stdio: 'ignore' }).status === 0;
+const missing = ['redis-server', 'jq'].filter((cmd) => !has(cmd));
 
-if (!has('redis-server')) {
+if (missing.length > 0) {
   const root = process.getuid?.() === 0;
   if (root && has('apt-get')) {
-    console.error('[pretest] redis-server is missing: installing it with apt-get for the Redis suites…');
+    console.error(
+      `[pretest] missing ${missing.join(', ')}: installing with apt-get for the suites that need them…`,
+    );
     const env = { ...process.env, DEBIAN_FRONTEND: 'noninteractive' };
     const update = spawnSync('apt-get', ['update', '-qq'], { stdio: 'inherit', env });
     const install =
       update.status === 0
-        ? spawnSync('apt-get', ['install', '-y', '-qq', '--no-install-recommends', 'redis-server'], {
+        ? spawnSync('apt-get', ['install', '-y', '-qq', '--no-install-recommends', ...missing], {
             stdio: 'inherit',
             env,
           })
         : undefined;
     if (install?.status !== 0) {
-      console.error('[pretest] could not install redis-server; Redis suites will be skipped');
+      console.error(
+        `[pretest] could not install ${missing.join(', ')}; the suites that need them will be skipped`,
+      );
     }
   } else {
     console.error(
-      '[pretest] redis-server is not installed: the Redis suites will be skipped. Install it (e.g. apt-get install redis-server) to run them.',
+      `[pretest] ${missing.join(', ')} not installed: the suites that need them will be skipped. Install them (e.g. apt-get install ${missing.join(' ')}) to run them.`,
     );
   }
 }

@@ -4,7 +4,16 @@
  */
 import type { Envelope } from './envelope.js';
 import { SAMPLE_USER_ID, sampleEvent } from './events/samples.js';
-import { type EventType, isKnownEventType } from './events/schemas.js';
+import {
+  EVENT_TYPES,
+  type EventMap,
+  type EventType,
+  isKnownEventType,
+  type PartnerEvent,
+  type UnknownEvent,
+} from './events/schemas.js';
+import type { Handler, HandlerContext } from './router.js';
+import type { SigningSecret } from './secrets.js';
 import { sign } from './signature.js';
 
 export { MemorySource, type MemorySourceOptions, memorySource } from '../adapters/memory/index.js';
@@ -13,6 +22,26 @@ export { sign } from './signature.js';
 
 /** A secret for tests only. Never use it anywhere else. */
 export const TEST_SIGNING_SECRET = 'test-signing-secret-do-not-use-in-production';
+
+/** The secret before a rotation, for tests of the grace window. Tests only. */
+export const TEST_PREVIOUS_SIGNING_SECRET = 'test-previous-signing-secret-do-not-use-in-production';
+
+/** The keys of a consumer in a rotation's grace window: `current` and `previous`. */
+export const TEST_ROTATION_SECRETS: readonly SigningSecret[] = [
+  { id: 'current', secret: TEST_SIGNING_SECRET },
+  { id: 'previous', secret: TEST_PREVIOUS_SIGNING_SECRET },
+];
+
+/** A body builder for one catalog type: valid by its schema; `fields` override (top level). */
+export type Fixture<T extends EventType> = (fields?: Record<string, unknown>) => EventMap[T];
+
+/**
+ * A fixture builder for every catalog type, e.g. `fixtures['daily.data.steps.created']({ value: 0 })`.
+ * Each call returns a fresh body with a new `event_id`.
+ */
+export const fixtures: { readonly [T in EventType]: Fixture<T> } = Object.fromEntries(
+  EVENT_TYPES.map((type) => [type, (fields: Record<string, unknown> = {}) => sampleEvent(type, fields)]),
+) as { readonly [T in EventType]: Fixture<T> };
 
 export interface TestEnvelopeOptions {
   /** Default `TEST_SIGNING_SECRET`. */
@@ -91,4 +120,123 @@ export function tamperedEnvelope(type: EventType, options: TestEnvelopeOptions =
   const valid = createTestEnvelope(type, options);
   const envelope = { ...valid.envelope, body: valid.envelope.body.replace('"user_id":"', '"user_id":"0') };
   return { ...valid, raw: JSON.stringify(envelope), envelope };
+}
+
+/**
+ * Signed with the secret from before a rotation (default `TEST_PREVIOUS_SIGNING_SECRET`): passes
+ * while the consumer still has that key (`TEST_ROTATION_SECRETS`, key id `previous`), fails with
+ * SIGNATURE_MISMATCH once it is gone.
+ */
+export function rotatedKeyEnvelope(
+  type: EventType,
+  options: TestEnvelopeOptions & { previousSecret?: string } = {},
+): TestEnvelope {
+  const { previousSecret, ...rest } = options;
+  return createTestEnvelope(type, { ...rest, secret: previousSecret ?? TEST_PREVIOUS_SIGNING_SECRET });
+}
+
+/** One call of a spied handler. */
+export interface HandlerCall<E> {
+  readonly event: E;
+  readonly context: HandlerContext;
+  /** Set once the call returned (`ok`) or threw (`failed`, with `error`). */
+  readonly state: 'running' | 'ok' | 'failed';
+  readonly error?: unknown;
+}
+
+export interface HandlerSpy<E> {
+  /** Register this: `consumer.on('daily.data.*', spy.handler)`. */
+  readonly handler: Handler<E>;
+  /** Every call so far, in order. */
+  readonly calls: readonly HandlerCall<E>[];
+  /** How many times the handler was called for `eventId`. */
+  count(eventId: string): number;
+  /**
+   * Resolves with the `times`-th call (default the first) for `eventId` once it has finished,
+   * whether it returned or threw. Rejects with a `HandlerSpyTimeoutError` after `timeoutMs`
+   * (default 5000).
+   */
+  waitFor(eventId: string, options?: { timeoutMs?: number; times?: number }): Promise<HandlerCall<E>>;
+  /** Forgets the calls (waiters keep waiting). */
+  reset(): void;
+}
+
+/** `waitFor` ran out of time; `code` is stable. */
+export class HandlerSpyTimeoutError extends Error {
+  readonly code = 'WAIT_TIMEOUT';
+  constructor(message: string) {
+    super(message);
+    this.name = 'HandlerSpyTimeoutError';
+  }
+}
+
+/**
+ * A handler that records its calls, so tests wait for an event instead of sleeping. `impl` runs
+ * inside it (its result or error is the handler's); without it the handler succeeds.
+ *
+ *   const spy = createHandlerSpy();
+ *   consumer.on('daily.data.steps.created', spy.handler);
+ *   source.send(event.raw);
+ *   await spy.waitFor(event.eventId);
+ */
+export function createHandlerSpy<E extends { readonly event_id: string } = PartnerEvent | UnknownEvent>(
+  impl?: Handler<E>,
+): HandlerSpy<E> {
+  type Call = { -readonly [K in keyof HandlerCall<E>]: HandlerCall<E>[K] };
+  const calls: Call[] = [];
+  const waiters = new Set<{ check(): boolean }>();
+  const settled = () => {
+    for (const waiter of waiters) if (waiter.check()) waiters.delete(waiter);
+  };
+  const finished = (eventId: string, times: number) =>
+    calls.filter((c) => c.event.event_id === eventId && c.state !== 'running')[times - 1];
+  const handler: Handler<E> = async (event, context) => {
+    const call: Call = { event, context, state: 'running' };
+    calls.push(call);
+    try {
+      const result = impl ? await impl(event, context) : undefined;
+      call.state = 'ok';
+      return result;
+    } catch (error) {
+      call.state = 'failed';
+      call.error = error;
+      throw error;
+    } finally {
+      settled();
+    }
+  };
+  return {
+    handler,
+    calls,
+    count: (eventId) => calls.filter((c) => c.event.event_id === eventId).length,
+    waitFor(eventId, options = {}) {
+      const times = options.times ?? 1;
+      const timeoutMs = options.timeoutMs ?? 5000;
+      const done = finished(eventId, times);
+      if (done) return Promise.resolve(done);
+      return new Promise((resolve, reject) => {
+        const waiter = {
+          check() {
+            const call = finished(eventId, times);
+            if (!call) return false;
+            clearTimeout(timer);
+            resolve(call);
+            return true;
+          },
+        };
+        const timer = setTimeout(() => {
+          waiters.delete(waiter);
+          reject(
+            new HandlerSpyTimeoutError(
+              `handler was not called ${times === 1 ? '' : `${times} times `}for ${eventId} within ${timeoutMs} ms (${calls.length} calls so far)`,
+            ),
+          );
+        }, timeoutMs);
+        waiters.add(waiter);
+      });
+    },
+    reset() {
+      calls.length = 0;
+    },
+  };
 }

@@ -7,10 +7,12 @@ import { isFifoQueue, queueNameOf } from './options.js';
 /** The SQS client a CLI queue spec implies (region from the URL, a local endpoint from the env). */
 export function cliClient(queueUrl: string): SQSClient {
   const region = /^https:\/\/sqs\.([a-z0-9-]+)\.amazonaws\.com/.exec(queueUrl)?.[1];
-  const configured = process.env.AWS_REGION ?? process.env.AWS_DEFAULT_REGION;
+  // As `sqsSourceFromCli`: SDK v3 reads AWS_REGION only; else the URL's region, then AWS_DEFAULT_REGION.
+  const configured = process.env.AWS_REGION;
+  const fallbackRegion = region ?? process.env.AWS_DEFAULT_REGION;
   const localEndpoint = process.env.AWS_ENDPOINT_URL_SQS ?? process.env.AWS_ENDPOINT_URL;
   return new SQSClient({
-    ...(region && !configured ? { region } : {}),
+    ...(!configured && fallbackRegion ? { region: fallbackRegion } : {}),
     // With an endpoint from the environment (a local emulator), send there, not to the URL's host.
     ...(localEndpoint ? { useQueueUrlAsEndpoint: false } : {}),
   });

@@ -3,12 +3,16 @@ import { UsageError, writeLine } from './common.js';
 import { DEMO_USAGE, demoCommand } from './demo.js';
 import { REPLAY_USAGE, replayCommand } from './replay.js';
 import { RUN_USAGE, runCommand } from './run.js';
+import { SIMULATE_USAGE, simulateCommand } from './simulate.js';
+import { TRIGGER_USAGE, triggerCommand } from './trigger.js';
 import { VERIFY_USAGE, verifyCommand } from './verify.js';
 
 const COMMANDS: Record<string, { run: (args: string[]) => Promise<number>; usage: string }> = {
   run: { run: runCommand, usage: RUN_USAGE },
   verify: { run: verifyCommand, usage: VERIFY_USAGE },
   replay: { run: replayCommand, usage: REPLAY_USAGE },
+  trigger: { run: triggerCommand, usage: TRIGGER_USAGE },
+  simulate: { run: simulateCommand, usage: SIMULATE_USAGE },
   demo: { run: demoCommand, usage: DEMO_USAGE },
 };
 
@@ -17,7 +21,9 @@ const USAGE = `Usage: partner-events <command> [options]
 Commands:
   run      consume a queue and hand verified, de-duplicated events to your app
   verify   check envelopes from a file or stdin (signature, age, schema)
-  replay   re-drive dead events from a JSONL file, safely
+  replay   re-drive dead events from a JSONL file, safely (to your app or back onto a queue)
+  trigger  send one signed sample event of a catalog type to a queue, an ingress or a file
+  simulate the publisher, locally: signed traffic with duplicates, retries, forgeries
   demo     the whole pipeline locally, no cloud needed (what 'npm start' runs)
 
 'partner-events <command> --help' shows a command's options.`;

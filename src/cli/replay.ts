@@ -1,12 +1,19 @@
 import { existsSync } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
-import { type FileMessage, FileSource } from '../../adapters/file/index.js';
+import type { FileMessage } from '../../adapters/file/index.js';
 import { JsonlDeadLetterSink } from '../dead-letter.js';
 import type { DedupeStore } from '../dedupe/types.js';
-import { type ErrorCode, VERIFICATION_CODES, VerificationError } from '../errors.js';
+import {
+  DeadLetterError,
+  type ErrorCode,
+  RetryLaterError,
+  VERIFICATION_CODES,
+  VerificationError,
+} from '../errors.js';
 import { validateEvent } from '../events/validate.js';
 import { createForwarder, describeUrl } from '../forward.js';
 import { createLogger } from '../logger.js';
+import type { HandlerContext } from '../router.js';
 import type { Keyring } from '../secrets.js';
 import { verifyMessage } from '../verify.js';
 import { createConsumer, type SettledReport } from '../worker.js';
@@ -19,29 +26,48 @@ import {
   UsageError,
   writeLine,
 } from './common.js';
+import { parseFilter, type ReplayFilter } from './filters.js';
 import { countLines, Progress } from './progress.js';
+import { Pacer, parseRate } from './rate.js';
+import { forcingDedupe, injectingDedupe } from './replay-dedupe.js';
+import { type ReplayOutcome, ReplayTally } from './replay-report.js';
+import { ReplaySource, recordedCode } from './replay-source.js';
+import { openTarget, TARGET_FORMS, type Target } from './targets.js';
 
-export const REPLAY_USAGE = `Usage: partner-events replay FILE --forward URL [options]
+export const REPLAY_USAGE = `Usage: partner-events replay FILE (--forward URL | --to TARGET) [options]
 
-Re-drives envelopes or dead-letter records (JSONL) to your app, safely: each is verified again
-(signature; age only with --check-age, since dead events are old), de-duplicated against the
-worker's store, validated, and its signed body POSTed to URL. Events that still fail go to a new
-dead-letter file, whose path is printed.
+Re-drives envelopes or dead-letter records (JSONL) safely: each is verified again (signature;
+age only with --check-age, since dead events are old), checked against the worker's dedupe
+store, validated, and then either its signed body POSTed to your app (--forward) or the original
+envelope put back on a queue for the worker (--to). Events that still fail go to a new
+dead-letter file, whose path is printed, with a report by outcome and by code.
 
   --forward URL        POST target (2xx = success)
-  --dedupe SPEC        sqlite:PATH (default ${DEFAULT_DEDUPE}) or memory; use the worker's store
-  --dry-run            verify and look up each event, change nothing, forward nothing
+  --to TARGET          re-inject the original envelopes, byte for byte, into a queue the worker
+                       consumes: ${TARGET_FORMS}
+  --dedupe SPEC        sqlite:PATH (default ${DEFAULT_DEDUPE}), redis://… or memory; use the worker's store
+  --force              also re-drive events the dedupe store marks as done (logged loudly)
+  --dry-run            verify and look up each event, change nothing, send nothing
+
+Select records (all given criteria must hold; repeat a flag or use commas for "any of"):
+  --type TYPE          event type; * is a wildcard (daily.data.*)
+  --event-id ID        event id
+  --code CODE          the code the record was dead-lettered with (HANDLER_FAILED, …)
+  --since TIME         signed_at at or after TIME (ISO 8601 or Unix seconds)
+  --until TIME         signed_at at or before TIME (ISO 8601 or Unix seconds)
+
+  --rate N/s           at most N events sent per second (also N/min)
   --check-age          also reject events whose signed_at is older than 5 minutes
   --dead-letter PATH   where still-failing events go (default FILE.failed-<time>.jsonl)
   --attempts N         tries per event before it counts as failed (default 3)
-  --concurrency N      events forwarded at once (default 8)
+  --concurrency N      events sent at once (default 8)
   --timeout-ms N       per request (default 10000)
   --secrets-file PATH  secrets (default: PARTNER_EVENTS_SECRETS_FILE, else PARTNER_EVENTS_SIGNING_SECRET[_PREVIOUS])
   --json               one JSON line per event, then a summary object as the last line
 
 Exit: 0 when nothing failed or was rejected, 1 otherwise, 2 on usage errors.`;
 
-/** The event itself is invalid (as opposed to: the app did not take it). */
+/** The event itself is invalid (as opposed to: the app or queue did not take it). */
 const REJECTED_CODES: ReadonlySet<ErrorCode> = new Set<ErrorCode>([
   ...VERIFICATION_CODES,
   'SCHEMA_INVALID',
@@ -51,16 +77,38 @@ const REJECTED_CODES: ReadonlySet<ErrorCode> = new Set<ErrorCode>([
 export interface ReplaySummary {
   total: number;
   forwarded: number;
+  injected: number;
   duplicates: number;
   rejected: number;
   failed: number;
+  /** Records the filters left out (still in FILE, not in the new dead-letter file). */
+  filtered_out: number;
+  /** Events the dedupe store marked done that --force re-drove. */
+  forced: number;
+  /** Counts by the code each record was dead-lettered with (`none` for bare envelopes). */
+  by_code: Record<string, Record<ReplayOutcome, number>>;
+  /** Counts by the code of what still fails. */
+  failure_codes: Record<string, number>;
+  target: string | null;
   dead_letter_file: string | null;
   dry_run: boolean;
+}
+
+interface ReplayArgs {
+  file: string;
+  forward: string | undefined;
+  to: string | undefined;
+  force: boolean;
+  json: boolean;
+  checkAge: boolean;
+  filter: ReplayFilter;
 }
 
 export async function replayCommand(args: string[]): Promise<number> {
   const { values, positionals } = parse(args, {
     forward: { type: 'string' },
+    to: { type: 'string' },
+    force: { type: 'boolean', default: false },
     dedupe: { type: 'string', default: DEFAULT_DEDUPE },
     json: { type: 'boolean', default: false },
     'dry-run': { type: 'boolean', default: false },
@@ -70,6 +118,12 @@ export async function replayCommand(args: string[]): Promise<number> {
     concurrency: { type: 'string' },
     'timeout-ms': { type: 'string' },
     'secrets-file': { type: 'string' },
+    type: { type: 'string', multiple: true },
+    'event-id': { type: 'string', multiple: true },
+    code: { type: 'string', multiple: true },
+    since: { type: 'string' },
+    until: { type: 'string' },
+    rate: { type: 'string' },
     help: { type: 'boolean', short: 'h', default: false },
   });
   if (values.help) {
@@ -79,8 +133,9 @@ export async function replayCommand(args: string[]): Promise<number> {
   const file = positionals[0];
   if (!file || positionals.length > 1) throw new UsageError('replay needs exactly one FILE');
   if (!existsSync(file)) throw new UsageError(`no such file: ${file}`);
-  if (!values.forward && !values['dry-run'])
-    throw new UsageError('replay needs --forward URL (or --dry-run)');
+  if (values.forward && values.to) throw new UsageError('give --forward URL or --to TARGET, not both');
+  if (!values.forward && !values.to && !values['dry-run'])
+    throw new UsageError('replay needs --forward URL or --to TARGET (or --dry-run)');
   if (values.forward) {
     try {
       new URL(values.forward);
@@ -91,12 +146,36 @@ export async function replayCommand(args: string[]): Promise<number> {
   const attempts = parsePositiveInt('--attempts', values.attempts, 3);
   const concurrency = parsePositiveInt('--concurrency', values.concurrency, 8);
   const timeoutMs = parsePositiveInt('--timeout-ms', values['timeout-ms'], 10_000);
+  const rate = values.rate === undefined ? undefined : parseRate('--rate', values.rate);
+  const options: ReplayArgs = {
+    file,
+    forward: values.forward,
+    to: values.to,
+    force: values.force,
+    json: values.json,
+    checkAge: values['check-age'],
+    filter: parseFilter({
+      type: values.type,
+      eventId: values['event-id'],
+      code: values.code,
+      since: values.since,
+      until: values.until,
+    }),
+  };
   const keyring = loadKeyring(values['secrets-file']);
   const logger = createLogger({ level: process.env.LOG_LEVEL ?? 'warn' }, process.stderr);
+  // Opened before the store, so a bad --to fails before anything else is touched.
+  const target = values.to && !values['dry-run'] ? await openTarget(values.to) : undefined;
   const dedupe = await openDedupe(values.dedupe, { readOnly: values['dry-run'], logger });
-  const checkAge = values['check-age'];
 
-  if (values['dry-run']) return dryRun(file, keyring, dedupe, { checkAge, json: values.json });
+  if (options.force) {
+    process.stderr.write(
+      options.to
+        ? 'WARNING --force: events the dedupe store marks as done are re-injected too; a worker that uses the same store will ack them as duplicates without handling them (use --forward URL --force to re-apply them)\n'
+        : 'WARNING --force: events the dedupe store marks as done are forwarded AGAIN: your app may apply them twice\n',
+    );
+  }
+  if (values['dry-run']) return dryRun(options, keyring, dedupe);
 
   const deadLetterPath =
     values['dead-letter'] ??
@@ -105,43 +184,49 @@ export async function replayCommand(args: string[]): Promise<number> {
       `${basename(file, '.jsonl')}.failed-${new Date().toISOString().replace(/[:.]/g, '-')}.jsonl`,
     );
   const sink = new JsonlDeadLetterSink(deadLetterPath);
-  const source = new FileSource({ path: file });
-  const summary: ReplaySummary = {
-    total: 0,
-    forwarded: 0,
-    duplicates: 0,
-    rejected: 0,
-    failed: 0,
-    dead_letter_file: null,
-    dry_run: false,
-  };
+  const tally = new ReplayTally();
+  const forced = new Set<string>();
   const progress = new Progress(await countLines(file));
+  let lastLine = 0;
+  const advance = (line: number) => {
+    lastLine = Math.max(lastLine, line);
+    progress.update(lastLine, tally.brief());
+  };
+  const source = new ReplaySource({
+    path: file,
+    filter: options.filter,
+    pacer: rate === undefined ? undefined : new Pacer(rate),
+    onFiltered: (message) => advance(message.line),
+  });
+  const onForced = (eventId: string) => {
+    forced.add(eventId);
+    logger.warn({ event_id: eventId }, '--force: re-driving an event the dedupe store marks as done');
+  };
+  const sent: ReplayOutcome = target ? 'injected' : 'forwarded';
   const onSettled = (report: SettledReport<FileMessage>) => {
     const { outcome } = report;
     if (outcome.kind === 'retry') return;
-    summary.total++;
+    const recorded = recordedCode(report.message);
+    let result: ReplayOutcome;
     if (outcome.kind === 'ack') {
-      if (outcome.result === 'duplicate') summary.duplicates++;
-      else summary.forwarded++;
-    } else if (REJECTED_CODES.has(outcome.code)) {
-      summary.rejected++;
+      result = outcome.result === 'duplicate' ? 'duplicate' : sent;
+      tally.add(result, recorded);
     } else {
-      summary.failed++;
+      result = REJECTED_CODES.has(outcome.code) ? 'rejected' : 'failed';
+      tally.add(result, recorded, outcome.code);
     }
-    progress.update(
-      report.message.line,
-      `forwarded ${summary.forwarded} duplicates ${summary.duplicates} rejected ${summary.rejected} failed ${summary.failed}`,
-    );
-    if (values.json) {
+    advance(report.message.line);
+    if (options.json) {
       writeLine(
         JSON.stringify({
           line: report.message.line,
           event_id: report.eventId ?? null,
           event_type: report.eventType ?? null,
-          outcome:
-            outcome.kind === 'ack' ? (outcome.result === 'duplicate' ? 'duplicate' : 'forwarded') : 'dead',
+          recorded_code: recorded ?? null,
+          outcome: outcome.kind === 'dead' ? 'dead' : result,
           code: outcome.kind === 'dead' ? outcome.code : null,
           reason: outcome.kind === 'dead' ? outcome.reason : null,
+          ...(report.eventId && forced.has(report.eventId) ? { forced: true } : {}),
         }),
       );
     }
@@ -149,17 +234,23 @@ export async function replayCommand(args: string[]): Promise<number> {
   const consumer = createConsumer({
     source,
     secrets: keyring,
-    dedupe,
+    dedupe: target
+      ? injectingDedupe(dedupe, { force: options.force, onForced })
+      : options.force
+        ? forcingDedupe(dedupe, onForced)
+        : dedupe,
     deadLetter: sink,
-    checkAge,
+    checkAge: options.checkAge,
     concurrency,
     retry: { maxAttempts: attempts, baseDelayMs: 500, maxDelayMs: 5000 },
     handlerTimeoutMs: timeoutMs + 1000,
     logger,
     onSettled,
   });
-  const forward = createForwarder({ url: values.forward as string, timeoutMs });
-  consumer.on('*', forward).onUnknown(forward);
+  const handler = target
+    ? injector(target, source)
+    : createForwarder({ url: options.forward as string, timeoutMs });
+  consumer.on('*', handler).onUnknown(handler);
 
   let interrupted = false;
   const onSignal = () => {
@@ -170,31 +261,78 @@ export async function replayCommand(args: string[]): Promise<number> {
   process.once('SIGTERM', onSignal);
   await consumer.start();
   await consumer.stopped;
+  await target?.close();
   process.off('SIGINT', onSignal);
   process.off('SIGTERM', onSignal);
   progress.finish();
 
-  if (sink.count > 0) summary.dead_letter_file = deadLetterPath;
-  if (!values.json) {
+  const o = tally.byOutcome;
+  const summary: ReplaySummary = {
+    total: tally.total,
+    forwarded: o.forwarded,
+    injected: o.injected,
+    duplicates: o.duplicate,
+    rejected: o.rejected,
+    failed: o.failed,
+    filtered_out: source.filteredOut,
+    forced: forced.size,
+    by_code: tally.byCode,
+    failure_codes: tally.failureCodes,
+    target: target ? target.name : describeUrl(options.forward as string),
+    dead_letter_file: sink.count > 0 ? deadLetterPath : null,
+    dry_run: false,
+  };
+  if (options.json) {
+    writeLine(JSON.stringify({ ...summary, ...(interrupted ? { interrupted: true } : {}) }));
+  } else {
+    const how = target ? `${o.injected} injected into ${target.name}` : `${o.forwarded} forwarded`;
     writeLine(
-      `replayed ${summary.total} events from ${file}: ${summary.forwarded} forwarded, ${summary.duplicates} duplicates, ` +
+      `replayed ${summary.total} events from ${file}: ${how}, ${summary.duplicates} duplicates, ` +
         `${summary.rejected} rejected, ${summary.failed} failed${interrupted ? ' (interrupted)' : ''}`,
     );
+    if (summary.filtered_out > 0) writeLine(`left out by the filters: ${summary.filtered_out} records`);
+    if (summary.forced > 0) writeLine(`--force re-drove ${summary.forced} events already marked done`);
+    if (summary.total > 0) for (const line of tally.table()) writeLine(line);
     if (summary.dead_letter_file) writeLine(`events that still fail: ${summary.dead_letter_file}`);
   }
-  if (values.json) writeLine(JSON.stringify({ ...summary, ...(interrupted ? { interrupted: true } : {}) }));
   return summary.failed === 0 && summary.rejected === 0 && !interrupted ? 0 : 1;
 }
 
-async function dryRun(
-  file: string,
-  keyring: Keyring,
-  dedupe: DedupeStore,
-  options: { checkAge: boolean; json: boolean },
-): Promise<number> {
-  const source = new FileSource({ path: file });
+/**
+ * The `--to` handler: puts the record's original message, byte for byte, on the target. An HTTP
+ * ingress that answers 4xx has judged the event (dead now); anything else is retried.
+ */
+function injector(target: Target, source: ReplaySource) {
+  return async (_event: unknown, context: HandlerContext): Promise<void> => {
+    const body = source.bodyOf(context.messageId);
+    if (body === undefined) throw new Error(`no message kept for ${context.messageId}`);
+    const delivery = await target.send({ body, eventId: context.eventId, eventType: context.eventType });
+    if (delivery.accepted) return;
+    const reason = `${target.name} answered ${delivery.detail}`;
+    const status = delivery.status ?? 0;
+    if (status >= 400 && status < 500 && status !== 408 && status !== 429) throw new DeadLetterError(reason);
+    throw new RetryLaterError(
+      reason,
+      delivery.retryAfterSeconds === undefined ? {} : { delayMs: delivery.retryAfterSeconds * 1000 },
+    );
+  };
+}
+
+async function dryRun(options: ReplayArgs, keyring: Keyring, dedupe: DedupeStore): Promise<number> {
+  const source = new ReplaySource({ path: options.file, filter: options.filter });
   const signal = new AbortController().signal;
-  const counts = { total: 0, would_forward: 0, duplicates: 0, in_progress: 0, rejected: 0 };
+  const injecting = options.to !== undefined;
+  const target = options.to ?? (options.forward ? describeUrl(options.forward) : null);
+  const send = injecting ? 'inject' : 'forward';
+  const counts = {
+    total: 0,
+    would_forward: 0,
+    would_inject: 0,
+    duplicates: 0,
+    in_progress: 0,
+    rejected: 0,
+    forced: 0,
+  };
   for (;;) {
     const batch = await source.receive(100, signal);
     if (batch === null) break;
@@ -214,12 +352,23 @@ async function dryRun(
           row = { ...ids, action: 'reject', code: validation.code, reason: validation.reason };
         } else {
           const state = await dedupe.peek(verified.eventId);
-          const action =
-            state === 'done' ? 'skip-duplicate' : state === 'in_progress' ? 'wait-in-progress' : 'forward';
-          if (state === 'done') counts.duplicates++;
-          else if (state === 'in_progress') counts.in_progress++;
-          else counts.would_forward++;
-          row = { ...ids, action, code: null };
+          let action: string;
+          let forced = false;
+          if (state === 'done' && !options.force) {
+            action = 'skip-duplicate';
+            counts.duplicates++;
+          } else if (state === 'in_progress' && !injecting) {
+            // The replay waits for the worker's lease; an injected copy is de-duplicated by the worker.
+            action = 'wait-in-progress';
+            counts.in_progress++;
+          } else {
+            action = send;
+            forced = state === 'done';
+            if (forced) counts.forced++;
+            if (injecting) counts.would_inject++;
+            else counts.would_forward++;
+          }
+          row = { ...ids, action, code: null, ...(forced ? { forced: true } : {}) };
         }
       } catch (error) {
         counts.rejected++;
@@ -227,18 +376,32 @@ async function dryRun(
         row = { event_id: null, event_type: null, action: 'reject', code, reason: (error as Error).message };
       }
       await source.settle(message, { kind: 'ack', result: 'ignored' });
-      if (options.json) writeLine(JSON.stringify({ line: message.line, ...row }));
-      else
+      const recorded = recordedCode(message) ?? null;
+      if (options.json) {
         writeLine(
-          `line ${message.line}: ${row.action}${row.code ? ` ${row.code}` : ''} ${row.event_type ?? ''} ${row.event_id ?? ''}`.trimEnd(),
+          JSON.stringify({
+            line: message.line,
+            ...row,
+            recorded_code: recorded,
+            ...(target && row.action !== 'reject' ? { target } : {}),
+          }),
         );
+      } else {
+        const to = target && (row.action === 'forward' || row.action === 'inject') ? ` -> ${target}` : '';
+        writeLine(
+          `line ${message.line}: ${row.action}${row.forced ? ' (forced)' : ''}${row.code ? ` ${row.code}` : ''} ${row.event_type ?? ''} ${row.event_id ?? ''}`.trimEnd() +
+            to,
+        );
+      }
     }
   }
   await source.close();
   await dedupe.close();
-  const summary = { ...counts, dry_run: true };
+  const summary = { ...counts, filtered_out: source.filteredOut, target, dry_run: true };
   writeLine(
-    options.json ? JSON.stringify(summary) : `dry run: ${JSON.stringify(counts)} (nothing was changed)`,
+    options.json
+      ? JSON.stringify(summary)
+      : `dry run: ${JSON.stringify({ ...counts, filtered_out: source.filteredOut })} (nothing was changed)`,
   );
   return counts.rejected === 0 ? 0 : 1;
 }

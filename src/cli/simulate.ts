@@ -1,0 +1,168 @@
+import { randomInt } from 'node:crypto';
+import { ENV_SECRET } from '../secrets.js';
+import { parse, parsePositiveInt, UsageError, writeLine } from './common.js';
+import { signingSecret, typesMatching } from './publish.js';
+import { parsePercent, parseRate } from './rate.js';
+import { type DeliveryRecord, RETRY_SCHEDULE_SECONDS, simulate } from './simulator.js';
+import { openTarget, TARGET_FORMS } from './targets.js';
+
+/** A run publishes at most this many new events (rate × duration). */
+const MAX_EVENTS = 1_000_000;
+
+export const SIMULATE_USAGE = `Usage: partner-events simulate --to TARGET --rate N/s --duration S [options]
+
+The publisher, locally: signs catalog events and delivers them to TARGET the way the service
+does (at-least-once), with the trouble a real queue brings, then prints what it sent and the set
+of event ids your consumer must handle exactly once. Bounded: rate x duration new events, then
+at most --drain seconds for due retries. Traffic goes only to TARGET.
+
+  --to TARGET          ${TARGET_FORMS}
+  --rate N/s           new events per second (default 10/s)
+  --duration S         seconds of new events (default 10)
+  --duplicates P%      share of events whose envelope is delivered twice, as is (default 5%)
+  --retries P%         share re-sent later, re-signed, same event_id, on the spec's schedule
+                       (${RETRY_SCHEDULE_SECONDS.map((s) => `${s}s`).join(', ')}; default 5%). With an HTTP ingress, every
+                       answer that is not 2xx is retried on that schedule too
+  --forged P%          share signed with a secret that is not yours: must never be handled (default 1%)
+  --stale P%           share signed 10+ minutes ago (a replayed capture): never handled (default 1%)
+  --types PATTERNS     catalog types to draw from, * wildcards, comma-separated (default all)
+  --time-scale X       divide the retry schedule by X (3600: 1 h per second; default 1)
+  --drain S            seconds after --duration to keep sending due retries (default 30)
+  --seed N             fixes every random choice (event ids stay unique); printed in the summary
+  --concurrency N      sends at once (default 16)
+  --secret-env NAME    sign with the secret in variable NAME (default ${ENV_SECRET})
+  --json               one JSON line per delivery, then a summary object as the last line
+
+Exit: 0 when every send reached the target, 1 when some failed or on interrupt, 2 on usage errors.`;
+
+export async function simulateCommand(args: string[]): Promise<number> {
+  const { values, positionals } = parse(args, {
+    to: { type: 'string' },
+    rate: { type: 'string', default: '10/s' },
+    duration: { type: 'string', default: '10' },
+    duplicates: { type: 'string' },
+    retries: { type: 'string' },
+    forged: { type: 'string' },
+    stale: { type: 'string' },
+    types: { type: 'string', multiple: true },
+    'time-scale': { type: 'string', default: '1' },
+    drain: { type: 'string', default: '30' },
+    seed: { type: 'string' },
+    concurrency: { type: 'string' },
+    'secret-env': { type: 'string' },
+    json: { type: 'boolean', default: false },
+    help: { type: 'boolean', short: 'h', default: false },
+  });
+  if (values.help) {
+    writeLine(SIMULATE_USAGE);
+    return 0;
+  }
+  if (positionals.length > 0) throw new UsageError(`unexpected argument "${positionals[0]}"`);
+  if (!values.to) throw new UsageError('simulate needs --to TARGET');
+  const rate = parseRate('--rate', values.rate);
+  const durationSeconds = nonNegative('--duration', values.duration, true);
+  if (rate * durationSeconds > MAX_EVENTS) {
+    throw new UsageError(
+      `--rate x --duration is ${Math.round(rate * durationSeconds)} events; the limit is ${MAX_EVENTS}`,
+    );
+  }
+  const drainSeconds = nonNegative('--drain', values.drain, false);
+  const timeScale = nonNegative('--time-scale', values['time-scale'], true);
+  const forged = parsePercent('--forged', values.forged, 0.01);
+  const stale = parsePercent('--stale', values.stale, 0.01);
+  if (forged + stale > 1) throw new UsageError('--forged and --stale add up to more than 100%');
+  let seed = randomInt(2 ** 31);
+  if (values.seed !== undefined) {
+    seed = Number(values.seed);
+    if (!Number.isSafeInteger(seed) || seed < 0)
+      throw new UsageError(`--seed must be a non-negative integer, got "${values.seed}"`);
+  }
+  const types = typesMatching('--types', values.types);
+  const concurrency = parsePositiveInt('--concurrency', values.concurrency, 16);
+  const secret = signingSecret(values['secret-env']);
+  const target = await openTarget(values.to);
+
+  const abort = new AbortController();
+  const onSignal = () => abort.abort();
+  process.once('SIGINT', onSignal);
+  process.once('SIGTERM', onSignal);
+  const json = values.json;
+  let lastProgress = 0;
+  let deliveries = 0;
+  const onDelivery = (record: DeliveryRecord) => {
+    deliveries++;
+    if (json) writeLine(JSON.stringify(record));
+    else if (record.t_ms - lastProgress >= 1000) {
+      lastProgress = record.t_ms;
+      process.stderr.write(`simulate: ${deliveries} sent, t=${(record.t_ms / 1000).toFixed(1)}s\n`);
+    }
+  };
+  let result: Awaited<ReturnType<typeof simulate>>;
+  try {
+    result = await simulate({
+      target,
+      secret,
+      types,
+      rate,
+      durationSeconds,
+      drainSeconds,
+      duplicates: parsePercent('--duplicates', values.duplicates, 0.05),
+      retries: parsePercent('--retries', values.retries, 0.05),
+      forged,
+      stale,
+      timeScale,
+      seed,
+      concurrency,
+      signal: abort.signal,
+      onDelivery,
+    });
+  } finally {
+    process.off('SIGINT', onSignal);
+    process.off('SIGTERM', onSignal);
+    await target.close();
+  }
+
+  const summary = {
+    target: target.name,
+    seed,
+    duration_ms: result.durationMs,
+    sent: result.sent,
+    accepted: result.accepted,
+    errors: result.errors,
+    by_kind: result.byKind,
+    unique_events: result.expected.length,
+    expected_event_ids: result.expected,
+    must_not_handle: result.mustNotHandle,
+    undelivered_event_ids: result.undelivered,
+    abandoned: result.abandoned,
+    ...(result.interrupted ? { interrupted: true } : {}),
+  };
+  if (json) {
+    writeLine(JSON.stringify(summary));
+  } else {
+    const k = result.byKind;
+    writeLine(
+      `simulate: ${result.sent} messages to ${target.name} in ${(result.durationMs / 1000).toFixed(1)} s (seed ${seed}): ` +
+        `${k.first} events, ${k.duplicate} duplicates, ${k.retry} retries, ${k.forged} forged, ${k.stale} stale; ` +
+        `${result.errors} send errors${result.abandoned > 0 ? `, ${result.abandoned} deliveries not sent in time` : ''}` +
+        `${result.interrupted ? ' (interrupted)' : ''}`,
+    );
+    if (result.undelivered.length > 0) {
+      writeLine(`${result.undelivered.length} events were never accepted by the target (listed with --json)`);
+    }
+    writeLine(
+      `your consumer must handle each of these ${result.expected.length} event ids exactly once, ` +
+        `and none of the ${result.mustNotHandle.length} forged or stale ones:`,
+    );
+    for (const id of result.expected) writeLine(id);
+  }
+  return result.errors === 0 && !result.interrupted ? 0 : 1;
+}
+
+function nonNegative(flag: string, text: string, positive: boolean): number {
+  const n = Number(text);
+  if (text.trim() === '' || !Number.isFinite(n) || n < 0 || (positive && n === 0)) {
+    throw new UsageError(`${flag} must be a ${positive ? 'positive' : 'non-negative'} number, got "${text}"`);
+  }
+  return n;
+}

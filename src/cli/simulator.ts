@@ -1,0 +1,283 @@
+import { randomUUID } from 'node:crypto';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { sampleEvent } from '../events/samples.js';
+import type { EventType } from '../events/schemas.js';
+import type { Delivery, Target } from '../target.js';
+import { signEvent } from './publish.js';
+
+/** The spec's retry schedule (Events → Delivery), in seconds: 1 min, 5 min, 30 min, 2 h, 12 h, 24 h. */
+export const RETRY_SCHEDULE_SECONDS = [60, 300, 1800, 7200, 43_200, 86_400] as const;
+
+/** How far back a stale (replayed capture) envelope is signed: past the 5-minute limit. */
+const STALE_MIN_AGE_SECONDS = 600;
+
+export type DeliveryKind = 'first' | 'duplicate' | 'retry' | 'forged' | 'stale';
+
+export interface SimulationOptions {
+  readonly target: Target;
+  readonly secret: string;
+  readonly types: readonly EventType[];
+  /** New events per second. */
+  readonly rate: number;
+  /** Seconds during which new events are published. */
+  readonly durationSeconds: number;
+  /** Seconds after that in which due retries are still sent; later ones are abandoned. */
+  readonly drainSeconds: number;
+  /** Shares in [0, 1]. */
+  readonly duplicates: number;
+  readonly retries: number;
+  readonly forged: number;
+  readonly stale: number;
+  /** The retry schedule is divided by this (3600: one hour of schedule per second). */
+  readonly timeScale: number;
+  readonly seed: number;
+  readonly concurrency: number;
+  readonly signal?: AbortSignal;
+  /** Called after each send. */
+  readonly onDelivery?: (record: DeliveryRecord) => void;
+}
+
+export interface DeliveryRecord {
+  /** Since the start, ms. */
+  readonly t_ms: number;
+  readonly kind: DeliveryKind;
+  /** 1 for the first delivery; the publisher's attempt number for retries. */
+  readonly attempt: number;
+  readonly event_id: string;
+  readonly event_type: string;
+  readonly signed_at: number;
+  readonly accepted: boolean;
+  readonly detail: string;
+}
+
+export interface SimulationResult {
+  readonly sent: number;
+  readonly accepted: number;
+  /** Sends that failed at the transport (network, queue missing, auth). */
+  readonly errors: number;
+  readonly byKind: Record<DeliveryKind, number>;
+  /** Genuine events at least one of whose deliveries the target accepted: each must be handled exactly once. */
+  readonly expected: string[];
+  /** Forged and stale events: must never be handled. */
+  readonly mustNotHandle: string[];
+  /** Genuine events none of whose deliveries was accepted. */
+  readonly undelivered: string[];
+  /** Deliveries (retries, duplicates) still scheduled when the time ran out: not sent. */
+  readonly abandoned: number;
+  readonly durationMs: number;
+  readonly interrupted: boolean;
+}
+
+/** mulberry32: a small, fast, seedable PRNG; enough for choosing what to break. */
+export function prng(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4_294_967_296;
+  };
+}
+
+interface PlannedEvent {
+  readonly event: Record<string, unknown>;
+  readonly eventId: string;
+  readonly eventType: string;
+  readonly genuine: boolean;
+  /** The exact envelope of the first delivery, for its duplicate. */
+  firstRaw: string | undefined;
+  accepted: boolean;
+}
+
+interface Pending {
+  /** ms since the start. */
+  readonly at: number;
+  readonly kind: DeliveryKind;
+  readonly attempt: number;
+  readonly planned: PlannedEvent;
+}
+
+/**
+ * Publishes like the service does, bounded in count (rate × duration) and time (duration +
+ * drain): at-least-once, so some envelopes are delivered twice as they are; some events are
+ * re-sent later, re-signed with the same event_id, on the spec's retry schedule compressed by
+ * `timeScale` (as when the publisher missed the acknowledgment; with an HTTP ingress, also after
+ * every answer that is not 2xx); and some traffic that is not the publisher's: envelopes signed
+ * with another secret, and old captures signed long ago. Event ids are always random, so a run
+ * never collides with an earlier one; `seed` fixes every choice besides.
+ */
+export async function simulate(options: SimulationOptions): Promise<SimulationResult> {
+  const random = prng(options.seed);
+  const forgedSecret = `forged-${randomUUID()}`;
+  const queue: Pending[] = [];
+  const schedule = (item: Pending) => {
+    let i = queue.length;
+    while (i > 0 && (queue[i - 1] as Pending).at > item.at) i--;
+    queue.splice(i, 0, item);
+  };
+  /** `<event_id>#<attempt>` of every retry scheduled, so a failure never schedules one twice. */
+  const retriedAfterFailure = new Set<string>();
+  const count = Math.max(1, Math.round(options.rate * options.durationSeconds));
+  const events: PlannedEvent[] = [];
+  for (let i = 0; i < count; i++) {
+    const type = options.types[Math.floor(random() * options.types.length)] as EventType;
+    const event: Record<string, unknown> = { ...sampleEvent(type) };
+    const roll = random();
+    const kind: DeliveryKind =
+      roll < options.forged ? 'forged' : roll < options.forged + options.stale ? 'stale' : 'first';
+    const planned: PlannedEvent = {
+      event,
+      eventId: String(event.event_id),
+      eventType: type,
+      genuine: kind === 'first',
+      firstRaw: undefined,
+      accepted: false,
+    };
+    events.push(planned);
+    const at = (i * 1000) / options.rate;
+    schedule({ at, kind, attempt: 1, planned });
+    if (kind !== 'first') continue;
+    if (random() < options.duplicates)
+      schedule({ at: at + random() * 1000, kind: 'duplicate', attempt: 1, planned });
+    if (random() < options.retries) {
+      retriedAfterFailure.add(`${planned.eventId}#2`);
+      schedule({ at: at + retryDelayMs(1, options.timeScale), kind: 'retry', attempt: 2, planned });
+    }
+  }
+
+  const byKind: Record<DeliveryKind, number> = { first: 0, duplicate: 0, retry: 0, forged: 0, stale: 0 };
+  let sent = 0;
+  let accepted = 0;
+  let errors = 0;
+  const deadline = (options.durationSeconds + options.drainSeconds) * 1000;
+  const started = performance.now();
+  const elapsed = () => performance.now() - started;
+  let inFlight = 0;
+  let changed: (() => void) | undefined;
+  const notify = () => {
+    const wake = changed;
+    changed = undefined;
+    wake?.();
+  };
+
+  const deliver = async (item: Pending, raw: string, signedAt: number) => {
+    const { planned } = item;
+    let delivery: Delivery;
+    try {
+      delivery = await options.target.send({
+        body: raw,
+        eventId: planned.eventId,
+        eventType: planned.eventType,
+      });
+    } catch (error) {
+      errors++;
+      delivery = { accepted: false, detail: `error: ${(error as Error).message}` };
+    }
+    sent++;
+    byKind[item.kind]++;
+    if (delivery.accepted) {
+      accepted++;
+      planned.accepted = true;
+    } else if (
+      planned.genuine &&
+      delivery.status !== undefined &&
+      item.attempt <= RETRY_SCHEDULE_SECONDS.length
+    ) {
+      // The publisher saw a failure: the next retry of the schedule, unless one is already due.
+      const key = `${planned.eventId}#${item.attempt + 1}`;
+      if (!retriedAfterFailure.has(key)) {
+        retriedAfterFailure.add(key);
+        schedule({
+          at: elapsed() + retryDelayMs(item.attempt, options.timeScale),
+          kind: 'retry',
+          attempt: item.attempt + 1,
+          planned,
+        });
+      }
+    }
+    options.onDelivery?.({
+      t_ms: Math.round(elapsed()),
+      kind: item.kind,
+      attempt: item.attempt,
+      event_id: planned.eventId,
+      event_type: planned.eventType,
+      signed_at: signedAt,
+      accepted: delivery.accepted,
+      detail: delivery.detail,
+    });
+  };
+
+  let interrupted = false;
+  const signal = options.signal;
+  while (queue.length > 0 || inFlight > 0) {
+    if (signal?.aborted) {
+      interrupted = true;
+      break;
+    }
+    const next = queue[0];
+    if (!next || inFlight >= options.concurrency) {
+      await new Promise<void>((resolve) => {
+        changed = resolve;
+      });
+      continue;
+    }
+    if (next.at > deadline) break;
+    const wait = next.at - elapsed();
+    if (wait > 0) {
+      // Wake early when an in-flight send schedules something sooner.
+      const woken = new Promise<void>((resolve) => {
+        changed = resolve;
+      });
+      await Promise.race([sleep(wait, undefined, signal ? { signal } : {}).catch(() => undefined), woken]);
+      continue;
+    }
+    queue.shift();
+    const { raw, signedAt } = envelopeFor(next, options.secret, forgedSecret, random);
+    inFlight++;
+    void deliver(next, raw, signedAt).finally(() => {
+      inFlight--;
+      notify();
+    });
+  }
+  while (inFlight > 0) {
+    await new Promise<void>((resolve) => {
+      changed = resolve;
+    });
+  }
+  return {
+    sent,
+    accepted,
+    errors,
+    byKind,
+    expected: events.filter((e) => e.genuine && e.accepted).map((e) => e.eventId),
+    mustNotHandle: events.filter((e) => !e.genuine).map((e) => e.eventId),
+    undelivered: events.filter((e) => e.genuine && !e.accepted).map((e) => e.eventId),
+    abandoned: queue.length,
+    durationMs: Math.round(elapsed()),
+    interrupted,
+  };
+}
+
+/** The delay before retry number `attempt` (1 = the first retry), compressed by `timeScale`. */
+export function retryDelayMs(attempt: number, timeScale: number): number {
+  const seconds = RETRY_SCHEDULE_SECONDS[Math.min(attempt, RETRY_SCHEDULE_SECONDS.length) - 1] ?? 60;
+  return (seconds * 1000) / timeScale;
+}
+
+function envelopeFor(
+  item: Pending,
+  secret: string,
+  forgedSecret: string,
+  random: () => number,
+): { raw: string; signedAt: number } {
+  const { planned } = item;
+  const now = Math.floor(Date.now() / 1000);
+  if (item.kind === 'duplicate' && planned.firstRaw !== undefined) {
+    return { raw: planned.firstRaw, signedAt: JSON.parse(planned.firstRaw).signed_at as number };
+  }
+  const signedAt = item.kind === 'stale' ? now - STALE_MIN_AGE_SECONDS - Math.floor(random() * 3000) : now;
+  const signed = signEvent(planned.event, item.kind === 'forged' ? forgedSecret : secret, signedAt);
+  if (item.kind === 'first') planned.firstRaw = signed.raw;
+  return { raw: signed.raw, signedAt };
+}

@@ -1,0 +1,135 @@
+import { appendFile } from 'node:fs/promises';
+import { AdapterError, ConfigError } from '../errors.js';
+import { describeUrl } from '../forward.js';
+import type { Target } from '../target.js';
+import { UsageError } from './common.js';
+
+export type { Delivery, OutgoingMessage, Target } from '../target.js';
+
+/**
+ * Where `replay --to`, `trigger --to` and `simulate --to` put envelopes: the same forms as
+ * `run --source`, seen from the publisher's side (an HTTP URL is POSTed to, not listened on).
+ */
+export const TARGET_FORMS = [
+  'file:PATH (appends one JSONL line)',
+  'an SQS queue URL or sqs:QUEUE_URL',
+  'azure-storage-queue:QUEUE (AZURE_STORAGE_CONNECTION_STRING) or https://ACCOUNT.queue.core.windows.net/QUEUE[?SAS]',
+  'azure-event-hubs:HUB (EVENTHUBS_CONNECTION_STRING)',
+  'http(s)://HOST:PORT/PATH (an HTTP ingress: POST each envelope)',
+].join(', ');
+
+const SQS_URL = /^https:\/\/(sqs\.[a-z0-9-]+\.amazonaws\.com(\.cn)?|[a-z0-9-]+\.queue\.amazonaws\.com)\//;
+const STORAGE_QUEUE_URL = /^https:\/\/[^/?]+\.queue\.core\./;
+
+/** Loads a sender module; its SDK is an optional dependency, so say which one is missing. */
+async function importSender<T>(sdk: string, load: () => Promise<T>): Promise<T> {
+  try {
+    return await load();
+  } catch (cause) {
+    throw new ConfigError(`this target needs the ${sdk} package: npm install ${sdk}`, { cause });
+  }
+}
+
+/** Opens the target a `--to` value names. Queue SDKs are imported only when used. */
+export async function openTarget(spec: string): Promise<Target> {
+  if (spec.startsWith('file:')) {
+    const path = spec.slice('file:'.length);
+    if (!path) throw new UsageError('--to file: needs a path');
+    return fileTarget(path);
+  }
+  if (spec.startsWith('sqs:') || SQS_URL.test(spec)) {
+    const sender = await importSender('@aws-sdk/client-sqs', () => import('../../adapters/sqs/sender.js'));
+    return sender.sqsTargetFromCli(spec);
+  }
+  if (spec.startsWith('azure-event-hubs:')) {
+    const sender = await importSender(
+      '@azure/event-hubs',
+      () => import('../../adapters/event-hubs/sender.js'),
+    );
+    return sender.eventHubsTargetFromCli(spec);
+  }
+  if (spec.startsWith('azure-storage-queue:') || STORAGE_QUEUE_URL.test(spec)) {
+    const sender = await importSender(
+      '@azure/storage-queue',
+      () => import('../../adapters/storage-queue/sender.js'),
+    );
+    return sender.storageQueueTargetFromCli(spec);
+  }
+  if (spec.startsWith('http://') || spec.startsWith('https://')) {
+    let url: URL;
+    try {
+      url = new URL(spec);
+    } catch {
+      throw new UsageError(`--to is not a URL: ${describeUrl(spec)}`);
+    }
+    return httpTarget(url);
+  }
+  throw new UsageError(`unknown --to "${spec}": expected ${TARGET_FORMS}`);
+}
+
+function fileTarget(path: string): Target {
+  let tail: Promise<unknown> = Promise.resolve();
+  return {
+    name: `file:${path}`,
+    send(message) {
+      const text =
+        typeof message.body === 'string' ? message.body : Buffer.from(message.body).toString('utf8');
+      // Serialised, so concurrent sends never interleave within a line.
+      const write = tail.then(() => appendFile(path, `${text}\n`));
+      tail = write.catch(() => undefined);
+      return write.then(
+        () => ({ accepted: true, detail: 'appended' }),
+        (cause: unknown) => {
+          throw new AdapterError(`cannot append to ${path}: ${(cause as Error).message}`, { cause });
+        },
+      );
+    },
+    close: async () => {
+      await tail;
+    },
+  };
+}
+
+/** POSTs each envelope to an HTTP ingress (`run --source http://…`); the answer is the worker's verdict. */
+function httpTarget(url: URL, timeoutMs = 10_000): Target {
+  const name = describeUrl(url.href);
+  return {
+    name,
+    async send(message) {
+      let response: Response;
+      try {
+        response = await fetch(url, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: typeof message.body === 'string' ? message.body : Buffer.from(message.body),
+          signal: AbortSignal.timeout(timeoutMs),
+        });
+      } catch (cause) {
+        throw new AdapterError(`POST ${name} failed: ${(cause as Error).message}`, { cause });
+      }
+      const text = await response.text().catch(() => '');
+      const code = codeOf(text);
+      const retryAfter = Number(response.headers.get('retry-after'));
+      return {
+        accepted: response.ok,
+        status: response.status,
+        detail: `HTTP ${response.status}${code ? ` ${code}` : ''}`,
+        ...(Number.isFinite(retryAfter) && retryAfter > 0 ? { retryAfterSeconds: retryAfter } : {}),
+      };
+    },
+    close: async () => {},
+  };
+}
+
+/** The `code` (or ack `result`) of an ingress answer, if it is one. */
+function codeOf(text: string): string | undefined {
+  try {
+    const value: unknown = JSON.parse(text);
+    if (typeof value !== 'object' || value === null) return undefined;
+    const { code, result } = value as { code?: unknown; result?: unknown };
+    if (typeof code === 'string') return code;
+    return typeof result === 'string' ? result : undefined;
+  } catch {
+    return undefined;
+  }
+}

@@ -1,0 +1,372 @@
+/**
+ * `partner-events replay`'s ops features, run as a child process: filters, --force, --rate, the
+ * report by code, and --to (re-injecting the original envelopes into real local queues).
+ */
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { ReceiveMessageCommand } from '@aws-sdk/client-sqs';
+import { QueueClient } from '@azure/storage-queue';
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { envelopeText } from '../adapters/event-hubs/body.js';
+import { createTestEnvelope, forgedEnvelope } from '../src/testing.js';
+import { Azurite } from './support/azurite.js';
+import { runCli, startApp } from './support/cli.js';
+import { EventHubsBroker } from './support/event-hubs-broker.js';
+import { createQueue, type FauxqsServer, fauxqsClient, startFauxqs } from './support/fauxqs.js';
+import { tempDir } from './support/harness.js';
+import { deadRecord, jsonLines, writeJsonl } from './support/records.js';
+
+let dir: ReturnType<typeof tempDir>;
+beforeEach(() => {
+  dir = tempDir('phe-replay-');
+});
+afterEach(() => dir.cleanup());
+
+const now = () => Math.floor(Date.now() / 1000);
+
+describe('replay filters', () => {
+  it('selects by type wildcard, event id, recorded code and signed_at, and reports what it left out', async () => {
+    const t0 = now() - 7200;
+    const hr = createTestEnvelope('daily.data.heart_rate.created', { signedAt: t0 });
+    const steps = createTestEnvelope('daily.data.steps.created', { signedAt: t0 + 600 });
+    const nudge = createTestEnvelope('coach.nudge.created', { signedAt: t0 + 1200 });
+    const late = createTestEnvelope('daily.data.glucose.created', { signedAt: t0 + 3600 });
+    const file = writeJsonl(dir.path, 'dead.jsonl', [
+      deadRecord(hr.raw, { code: 'HANDLER_FAILED' }),
+      deadRecord(steps.raw, { code: 'SIGNATURE_MISMATCH' }),
+      deadRecord(nudge.raw, { code: 'HANDLER_FAILED' }),
+      late.raw, // a bare envelope: no recorded code
+      'not json',
+    ]);
+    const dry = (...flags: string[]) =>
+      runCli(['replay', file, '--dry-run', '--dedupe', 'memory', '--json', ...flags]);
+    const ids = (out: string) =>
+      jsonLines(out)
+        .filter((l) => 'action' in l)
+        .map((l) => l.event_id);
+
+    const byType = await dry('--type', 'daily.data.*');
+    expect(ids(byType.stdout)).toEqual([hr.eventId, steps.eventId, late.eventId]);
+    expect(jsonLines(byType.stdout).at(-1)).toMatchObject({ total: 3, filtered_out: 2 });
+
+    const byCode = await dry('--code', 'handler_failed', '--type', '*.created');
+    expect(ids(byCode.stdout)).toEqual([hr.eventId, nudge.eventId]);
+
+    const byId = await dry('--event-id', `${nudge.eventId},${late.eventId}`);
+    expect(ids(byId.stdout)).toEqual([nudge.eventId, late.eventId]);
+
+    const byTime = await dry(
+      '--since',
+      new Date((t0 + 600) * 1000).toISOString(),
+      '--until',
+      String(t0 + 1200),
+    );
+    expect(ids(byTime.stdout)).toEqual([steps.eventId, nudge.eventId]);
+
+    // The real replay honours the same filters; the unselected records are not in the new file.
+    const app = await startApp();
+    try {
+      const result = await runCli([
+        'replay',
+        file,
+        '--forward',
+        app.url,
+        '--dedupe',
+        'memory',
+        '--json',
+        '--type',
+        'daily.data.heart_rate.created',
+        '--type',
+        'coach.*',
+      ]);
+      expect(result.code).toBe(0);
+      expect(jsonLines(result.stdout).at(-1)).toMatchObject({
+        total: 2,
+        forwarded: 2,
+        filtered_out: 3,
+        dead_letter_file: null,
+        by_code: { HANDLER_FAILED: { forwarded: 2 } },
+      });
+      expect(app.received.map((r) => r.headers['partner-event-id']).sort()).toEqual(
+        [hr.eventId, nudge.eventId].sort(),
+      );
+    } finally {
+      await app.close();
+    }
+  }, 60_000);
+
+  it('refuses a malformed time or rate with exit 2', async () => {
+    const file = writeJsonl(dir.path, 'dead.jsonl', ['{}']);
+    const badTime = await runCli(['replay', file, '--dry-run', '--since', 'yesterday']);
+    expect(badTime.code).toBe(2);
+    expect(badTime.stderr).toContain('--since must be Unix seconds or an ISO 8601 time');
+    const badRate = await runCli(['replay', file, '--forward', 'http://127.0.0.1:9/', '--rate', 'fast']);
+    expect(badRate.code).toBe(2);
+    expect(badRate.stderr).toContain('--rate must be a rate');
+    const both = await runCli(['replay', file, '--forward', 'http://127.0.0.1:9/', '--to', 'file:x']);
+    expect(both.code).toBe(2);
+  });
+});
+
+describe('replay report, --force and --rate', () => {
+  it('reports by outcome and by code, and the new file holds exactly what still fails', async () => {
+    const ok = createTestEnvelope('daily.data.steps.created');
+    const refused = createTestEnvelope('daily.data.weight.created');
+    const forged = forgedEnvelope('daily.data.hrv.created');
+    const file = writeJsonl(dir.path, 'dead.jsonl', [
+      deadRecord(ok.raw, { code: 'HANDLER_FAILED' }),
+      deadRecord(refused.raw, { code: 'HANDLER_FAILED' }),
+      deadRecord(forged.raw, { code: 'SIGNATURE_MISMATCH' }),
+    ]);
+    const app = await startApp((req) => (req.headers['partner-event-id'] === refused.eventId ? 500 : 204));
+    try {
+      const args = ['replay', file, '--forward', app.url, '--dedupe', 'memory', '--attempts', '1'];
+      const result = await runCli([...args, '--json']);
+      expect(result.code).toBe(1);
+      const summary = jsonLines(result.stdout).at(-1);
+      expect(summary).toMatchObject({
+        total: 3,
+        forwarded: 1,
+        rejected: 1,
+        failed: 1,
+        by_code: {
+          HANDLER_FAILED: { forwarded: 1, failed: 1, rejected: 0 },
+          SIGNATURE_MISMATCH: { rejected: 1 },
+        },
+        failure_codes: { HANDLER_FAILED: 1, SIGNATURE_MISMATCH: 1 },
+      });
+      const still = jsonLines(readFileSync(String(summary?.dead_letter_file), 'utf8'));
+      expect(still.map((r) => r.raw).sort()).toEqual([refused.raw, forged.raw].sort());
+
+      const text = await runCli([...args, '--dead-letter', join(dir.path, 'again.jsonl')]);
+      expect(text.stdout).toMatch(/by recorded code:\n\s+RECORDED CODE\s+EVENTS\s+FORWARDED/);
+      expect(text.stdout).toMatch(/HANDLER_FAILED\s+2\s+1\s+0\s+0\s+1/);
+      expect(text.stdout).toMatch(/still failing, by code:/);
+    } finally {
+      await app.close();
+    }
+  });
+
+  it('--force forwards events the store marks done again, once each, and says so loudly', async () => {
+    const a = createTestEnvelope('daily.data.steps.created');
+    const b = createTestEnvelope('coach.nudge.created');
+    const file = writeJsonl(dir.path, 'dead.jsonl', [
+      deadRecord(a.raw),
+      deadRecord(b.raw),
+      deadRecord(a.raw),
+    ]);
+    const dedupe = `sqlite:${join(dir.path, 'dedupe.db')}`;
+    const app = await startApp();
+    try {
+      const args = ['replay', file, '--forward', app.url, '--dedupe', dedupe, '--json'];
+      expect(jsonLines((await runCli(args)).stdout).at(-1)).toMatchObject({ forwarded: 2, duplicates: 1 });
+      expect(jsonLines((await runCli(args)).stdout).at(-1)).toMatchObject({ forwarded: 0, duplicates: 3 });
+      expect(app.received).toHaveLength(2);
+
+      const dry = await runCli([...args, '--dry-run', '--force']);
+      expect(jsonLines(dry.stdout)[0]).toMatchObject({ action: 'forward', forced: true });
+
+      const forced = await runCli([...args, '--force']);
+      expect(forced.code).toBe(0);
+      expect(forced.stderr).toContain('WARNING --force');
+      expect(forced.stderr).toContain('re-driving an event the dedupe store marks as done');
+      expect(jsonLines(forced.stdout).at(-1)).toMatchObject({ forwarded: 2, duplicates: 1, forced: 2 });
+      expect(app.received).toHaveLength(4);
+    } finally {
+      await app.close();
+    }
+  }, 60_000);
+
+  it('--rate spaces the events out', async () => {
+    const events = Array.from({ length: 5 }, () => createTestEnvelope('daily.data.steps.created'));
+    const file = writeJsonl(
+      dir.path,
+      'dead.jsonl',
+      events.map((e) => deadRecord(e.raw)),
+    );
+    const arrivals: number[] = [];
+    const app = await startApp(() => {
+      arrivals.push(performance.now());
+      return 204;
+    });
+    try {
+      const result = await runCli([
+        'replay',
+        file,
+        '--forward',
+        app.url,
+        '--dedupe',
+        'memory',
+        '--rate',
+        '10/s',
+      ]);
+      expect(result.code).toBe(0);
+      expect(arrivals).toHaveLength(5);
+      // 5 events at 10/s: slots 100 ms apart, so at least 400 ms from the first to the last.
+      expect((arrivals.at(-1) ?? 0) - (arrivals[0] ?? 0)).toBeGreaterThanOrEqual(350);
+    } finally {
+      await app.close();
+    }
+  });
+});
+
+describe('replay --to', () => {
+  const sqsEnv = (endpoint: string) => ({
+    AWS_ENDPOINT_URL_SQS: endpoint,
+    AWS_REGION: 'us-east-1',
+    AWS_ACCESS_KEY_ID: 'test',
+    AWS_SECRET_ACCESS_KEY: 'test',
+  });
+  let fauxqs: FauxqsServer;
+  beforeAll(async () => {
+    fauxqs = await startFauxqs();
+  });
+  afterAll(async () => {
+    await fauxqs.close();
+  });
+
+  it('re-injects the original envelopes byte for byte into SQS, skipping events already done unless --force', async () => {
+    const client = fauxqsClient(fauxqs.endpoint);
+    try {
+      const queue = await createQueue(client, 'replay-to');
+      const done = createTestEnvelope('daily.data.steps.created');
+      // Whitespace and key order as the publisher wrote them: the bytes must survive as they are.
+      const odd = createTestEnvelope('coach.nudge.created');
+      const { body, ...rest } = odd.envelope;
+      const oddRaw = ` ${JSON.stringify({ body, ...rest }, null, 1)}`;
+      const fresh = createTestEnvelope('daily.data.hrv.created');
+      const forged = forgedEnvelope('daily.data.weight.created');
+      const dedupe = `sqlite:${join(dir.path, 'dedupe.db')}`;
+      // The worker already handled `done` (a replay of it forwards it once and records it).
+      const app = await startApp();
+      const first = writeJsonl(dir.path, 'first.jsonl', [done.raw]);
+      await runCli(['replay', first, '--forward', app.url, '--dedupe', dedupe]);
+      await app.close();
+
+      const file = writeJsonl(dir.path, 'dead.jsonl', [
+        deadRecord(done.raw),
+        deadRecord(oddRaw),
+        deadRecord(fresh.raw),
+        deadRecord(fresh.raw),
+        deadRecord(forged.raw),
+      ]);
+      const to = `sqs:${queue.url}`;
+      const result = await runCli(['replay', file, '--to', to, '--dedupe', dedupe, '--json'], {
+        env: sqsEnv(fauxqs.endpoint),
+      });
+      expect(result.code).toBe(1); // the forgery
+      expect(jsonLines(result.stdout).at(-1)).toMatchObject({
+        total: 5,
+        injected: 2,
+        forwarded: 0,
+        duplicates: 2,
+        rejected: 1,
+        target: `sqs:${queue.name}`,
+      });
+      const bodies = await drain(client, queue.url);
+      expect(bodies.sort()).toEqual([oddRaw, fresh.raw].sort());
+
+      const forced = await runCli(
+        ['replay', file, '--to', to, '--dedupe', dedupe, '--json', '--force', '--event-id', done.eventId],
+        { env: sqsEnv(fauxqs.endpoint) },
+      );
+      expect(forced.stderr).toContain('WARNING --force');
+      expect(jsonLines(forced.stdout).at(-1)).toMatchObject({ injected: 1, forced: 1, filtered_out: 4 });
+      expect(await drain(client, queue.url)).toEqual([done.raw]);
+    } finally {
+      client.destroy();
+    }
+  }, 60_000);
+
+  it('counts a queue that cannot be reached as failed and keeps the record', async () => {
+    const event = createTestEnvelope('daily.data.steps.created');
+    const file = writeJsonl(dir.path, 'dead.jsonl', [deadRecord(event.raw)]);
+    const deadLetter = join(dir.path, 'still.jsonl');
+    const result = await runCli(
+      [
+        'replay',
+        file,
+        '--to',
+        `sqs:${fauxqs.endpoint}/000000000000/no-such-queue`,
+        '--dedupe',
+        'memory',
+        '--attempts',
+        '1',
+        '--dead-letter',
+        deadLetter,
+        '--json',
+      ],
+      { env: sqsEnv(fauxqs.endpoint) },
+    );
+    expect(result.code).toBe(1);
+    expect(jsonLines(result.stdout).at(-1)).toMatchObject({
+      failed: 1,
+      failure_codes: { HANDLER_FAILED: 1 },
+    });
+    expect(jsonLines(readFileSync(deadLetter, 'utf8'))[0]).toMatchObject({ raw: event.raw });
+  });
+
+  it('re-injects into an HTTP ingress; a 4xx verdict is final, not retried', async () => {
+    const good = createTestEnvelope('daily.data.steps.created');
+    const bad = createTestEnvelope('daily.data.glucose.created');
+    const app = await startApp((req) => (req.body === bad.raw ? 422 : 200));
+    try {
+      const file = writeJsonl(dir.path, 'dead.jsonl', [deadRecord(good.raw), deadRecord(bad.raw)]);
+      const result = await runCli(['replay', file, '--to', app.url, '--dedupe', 'memory', '--json']);
+      expect(jsonLines(result.stdout).at(-1)).toMatchObject({
+        injected: 1,
+        failed: 1,
+        failure_codes: { HANDLER_REQUESTED_DEAD_LETTER: 1 },
+      });
+      expect(app.received.map((r) => r.body).sort()).toEqual([good.raw, bad.raw].sort());
+    } finally {
+      await app.close();
+    }
+  });
+
+  it('re-injects into Event Hubs and a Storage queue with the same bytes', async () => {
+    const broker = await EventHubsBroker.start({ hub: 'replay-hub', partitions: 1 });
+    const azurite = await Azurite.start('queue');
+    try {
+      const event = createTestEnvelope('daily.data.sleep.created');
+      const file = writeJsonl(dir.path, 'dead.jsonl', [deadRecord(event.raw)]);
+      const hubs = await runCli(
+        ['replay', file, '--to', 'azure-event-hubs:replay-hub', '--dedupe', 'memory'],
+        {
+          env: { EVENTHUBS_CONNECTION_STRING: broker.connectionString('replay-hub') },
+        },
+      );
+      expect(hubs.code).toBe(0);
+      expect(hubs.stdout).toContain('1 injected into event-hubs:replay-hub');
+      const stored = broker.events('0');
+      expect(stored).toHaveLength(1);
+      const section = stored[0]?.body as { content?: Uint8Array } | undefined;
+      expect(envelopeText(section?.content)).toBe(event.raw);
+
+      const queue = new QueueClient(azurite.connectionString, 'replay-queue');
+      await queue.create();
+      const storage = await runCli(
+        ['replay', file, '--to', 'azure-storage-queue:replay-queue', '--dedupe', 'memory'],
+        { env: { AZURE_STORAGE_CONNECTION_STRING: azurite.connectionString } },
+      );
+      expect(storage.code).toBe(0);
+      const received = await queue.receiveMessages({ numberOfMessages: 5 });
+      expect(received.receivedMessageItems.map((m) => m.messageText)).toEqual([event.raw]);
+    } finally {
+      await broker.stop();
+      await azurite.stop();
+    }
+  }, 40_000);
+});
+
+/** Receives (and leaves in flight) every message now in the queue. */
+async function drain(client: ReturnType<typeof fauxqsClient>, queueUrl: string): Promise<string[]> {
+  const bodies: string[] = [];
+  for (;;) {
+    const { Messages = [] } = await client.send(
+      new ReceiveMessageCommand({ QueueUrl: queueUrl, MaxNumberOfMessages: 10, VisibilityTimeout: 300 }),
+    );
+    if (Messages.length === 0) return bodies;
+    for (const m of Messages) bodies.push(m.Body ?? '');
+  }
+}

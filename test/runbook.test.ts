@@ -1,0 +1,211 @@
+/**
+ * docs/replay-runbook.md, executed: its shell blocks run in order, in bash, against a local app,
+ * a real SQS emulator (fauxqs) and a worker (`partner-events run`), with `npx partner-events`
+ * standing for this checkout's CLI. Blocks marked `<!-- runbook-test: settings -->` are replaced
+ * by the test's paths; `A` and `B` blocks are the two ways of step 6, run in separate scenarios.
+ */
+import { spawn, spawnSync } from 'node:child_process';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { SqliteDedupeStore } from '../src/dedupe/sqlite.js';
+import { createTestEnvelope, forgedEnvelope, TEST_SIGNING_SECRET } from '../src/testing.js';
+import { startApp, startCli } from './support/cli.js';
+import { createQueue, fauxqsClient, startFauxqs } from './support/fauxqs.js';
+import { tempDir } from './support/harness.js';
+import { deadRecord, jsonLines } from './support/records.js';
+
+const RUNBOOK = fileURLToPath(new URL('../docs/replay-runbook.md', import.meta.url));
+const MAIN = fileURLToPath(new URL('../src/cli/main.ts', import.meta.url));
+const TSX = import.meta.resolve('tsx');
+const hasJq = spawnSync('jq', ['--version'], { stdio: 'ignore' }).status === 0;
+const ROTATED_SECRET = 'the-secret-before-the-rotation';
+
+interface Block {
+  readonly variant: string | undefined;
+  readonly code: string;
+}
+
+/** The runbook's ```sh blocks, in order, with the variant marker that precedes each, if any. */
+function runbookBlocks(): Block[] {
+  const text = readFileSync(RUNBOOK, 'utf8');
+  const blocks: Block[] = [];
+  for (const match of text.matchAll(/(?:<!-- runbook-test: (\w+)[^>]*-->\n)?```sh\n([\s\S]*?)```/g)) {
+    blocks.push({ variant: match[1], code: match[2] ?? '' });
+  }
+  return blocks;
+}
+
+/** The script for one way through step 6: settings replaced, the other way's block left out. */
+function script(variant: 'A' | 'B', settings: Record<string, string>): string {
+  const blocks = runbookBlocks();
+  expect(blocks.filter((b) => b.variant === 'settings')).toHaveLength(1);
+  expect(blocks.filter((b) => b.variant === variant)).toHaveLength(1);
+  const lines = ['set -u', `pe_cli() { node --import ${JSON.stringify(TSX)} ${JSON.stringify(MAIN)} "$@"; }`];
+  for (const block of blocks) {
+    if (block.variant === 'settings') {
+      for (const [name, value] of Object.entries(settings)) lines.push(`${name}=${JSON.stringify(value)}`);
+    } else if (block.variant === undefined || block.variant === variant) {
+      lines.push(block.code.replaceAll('npx partner-events', 'pe_cli'));
+    }
+  }
+  return lines.join('\n');
+}
+
+function runScript(text: string, cwd: string, env: NodeJS.ProcessEnv) {
+  const child = spawn('bash', ['-c', text], {
+    cwd,
+    env: { ...process.env, PARTNER_EVENTS_SIGNING_SECRET: TEST_SIGNING_SECRET, LOG_LEVEL: 'warn', ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let stdout = '';
+  let stderr = '';
+  child.stdout.setEncoding('utf8').on('data', (d: string) => {
+    stdout += d;
+  });
+  child.stderr.setEncoding('utf8').on('data', (d: string) => {
+    stderr += d;
+  });
+  return new Promise<{ code: number | null; stdout: string; stderr: string }>((resolve) => {
+    child.on('close', (code) => resolve({ code, stdout, stderr }));
+  });
+}
+
+let dir: ReturnType<typeof tempDir>;
+beforeEach(() => {
+  dir = tempDir('phe-runbook-');
+});
+afterEach(() => dir.cleanup());
+
+/**
+ * A worker's dead letters: two events the app missed, one of them handled since; one signed with
+ * the secret before a rotation (its verifier lacked the new one; now both are deployed); one forgery.
+ */
+async function scenario(dedupePath: string) {
+  const missed = [createTestEnvelope('daily.data.steps.created'), createTestEnvelope('coach.nudge.created')];
+  const handledSince = createTestEnvelope('daily.data.hrv.created');
+  const rotated = createTestEnvelope('daily.data.glucose.created', { secret: ROTATED_SECRET });
+  const forged = forgedEnvelope('daily.data.weight.created');
+  const dead = join(dir.path, 'dead-letters.jsonl');
+  writeFileSync(
+    dead,
+    `${[
+      deadRecord(missed[0]?.raw ?? ''),
+      deadRecord(handledSince.raw),
+      deadRecord(rotated.raw, { code: 'SIGNATURE_MISMATCH' }),
+      deadRecord(missed[1]?.raw ?? ''),
+      deadRecord(forged.raw, { code: 'SIGNATURE_MISMATCH' }),
+    ].join('\n')}\n`,
+  );
+  const store = new SqliteDedupeStore({ path: dedupePath });
+  const claim = await store.claim(handledSince.eventId, 60_000);
+  if (claim.status === 'claimed') await store.complete(handledSince.eventId, claim.token, 3_600_000);
+  await store.close();
+  return {
+    dead,
+    replayed: [...missed, rotated].map((e) => e.eventId).sort(),
+    handledSince: handledSince.eventId,
+    forged,
+  };
+}
+
+describe.skipIf(!hasJq)('docs/replay-runbook.md, run as written', () => {
+  it('A: from a growing dead-letter file to all replayed, straight to the app', async () => {
+    const dedupePath = join(dir.path, 'dedupe.db');
+    const s = await scenario(dedupePath);
+    const app = await startApp();
+    try {
+      const result = await runScript(
+        script('A', {
+          DEAD: s.dead,
+          DEDUPE: `sqlite:${dedupePath}`,
+          APP: app.url,
+          QUEUE: 'sqs:http://127.0.0.1:9/unused',
+        }),
+        dir.path,
+        { PARTNER_EVENTS_SIGNING_SECRET_PREVIOUS: ROTATED_SECRET },
+      );
+      expect(result.stderr).not.toMatch(/unbound variable|command not found|jq: error/);
+      expect(existsSync(s.dead)).toBe(false); // moved to the snapshot
+      expect(result.stdout).toContain('exit 1'); // the forgery is rejected: expected
+      const report = jsonLines(readFileSync(join(dir.path, 'replay-report.jsonl'), 'utf8'));
+      expect(report.at(-1)).toMatchObject({
+        total: 5,
+        forwarded: 3,
+        duplicates: 1,
+        rejected: 1,
+        by_code: {
+          HANDLER_FAILED: { forwarded: 2, duplicate: 1 },
+          SIGNATURE_MISMATCH: { forwarded: 1, rejected: 1 },
+        },
+      });
+      expect(app.received.map((r) => String(r.headers['partner-event-id'])).sort()).toEqual(s.replayed);
+      // Step 8 and 9: the new file holds only the forgery, and its dry run says so.
+      expect(result.stdout).toMatch(/1\s+SIGNATURE_MISMATCH\tSIGNATURE_MISMATCH/);
+      expect(result.stdout).toMatch(/line 1: reject SIGNATURE_MISMATCH/);
+      expect(result.stdout).toContain('"would_forward":0');
+      const dry = jsonLines(readFileSync(join(dir.path, 'dry-run.jsonl'), 'utf8'));
+      expect(dry.at(-1)).toMatchObject({ would_forward: 3, duplicates: 1, rejected: 1 });
+    } finally {
+      await app.close();
+    }
+  }, 60_000);
+
+  it('B: back onto the SQS queue, where the worker handles each event once', async () => {
+    const dedupePath = join(dir.path, 'dedupe.db');
+    const s = await scenario(dedupePath);
+    const fauxqs = await startFauxqs();
+    const client = fauxqsClient(fauxqs.endpoint);
+    const app = await startApp();
+    const env = {
+      AWS_ENDPOINT_URL_SQS: fauxqs.endpoint,
+      AWS_REGION: 'us-east-1',
+      AWS_ACCESS_KEY_ID: 'test',
+      AWS_SECRET_ACCESS_KEY: 'test',
+      PARTNER_EVENTS_SIGNING_SECRET_PREVIOUS: ROTATED_SECRET,
+    };
+    const queue = await createQueue(client, 'runbook');
+    const worker = startCli(
+      [
+        'run',
+        '--source',
+        `sqs:${queue.url}`,
+        '--forward',
+        app.url,
+        '--dedupe',
+        `sqlite:${dedupePath}`,
+        '--dead-letter',
+        s.dead,
+      ],
+      { env },
+    );
+    try {
+      const result = await runScript(
+        script('B', {
+          DEAD: s.dead,
+          DEDUPE: `sqlite:${dedupePath}`,
+          APP: app.url,
+          QUEUE: `sqs:${queue.url}`,
+        }),
+        dir.path,
+        env,
+      );
+      expect(result.stderr).not.toMatch(/unbound variable|command not found|jq: error/);
+      const report = jsonLines(readFileSync(join(dir.path, 'replay-report.jsonl'), 'utf8'));
+      expect(report.at(-1)).toMatchObject({ injected: 3, duplicates: 1, rejected: 1, forwarded: 0 });
+      await vi.waitFor(
+        () =>
+          expect(app.received.map((r) => String(r.headers['partner-event-id'])).sort()).toEqual(s.replayed),
+        { timeout: 15_000, interval: 50 },
+      );
+      expect(app.received.map((r) => r.headers['partner-event-id'])).not.toContain(s.handledSince);
+    } finally {
+      worker.child.kill('SIGTERM');
+      await worker.done;
+      client.destroy();
+      await app.close();
+      await fauxqs.close();
+    }
+  }, 60_000);
+});
