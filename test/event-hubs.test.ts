@@ -19,7 +19,7 @@ import { silentLogger } from '../src/logger.js';
 import type { HandlerContext } from '../src/router.js';
 import { createTestEnvelope, TEST_SIGNING_SECRET } from '../src/testing.js';
 import { type Consumer, createConsumer, type SettledReport } from '../src/worker.js';
-import { AzuriteBlob } from './support/azurite-blob.js';
+import { Azurite } from './support/azurite.js';
 import { EventHubsBroker } from './support/event-hubs-broker.js';
 import { tempDir } from './support/harness.js';
 
@@ -273,9 +273,9 @@ describe('Event Hubs adapter against the real SDK', () => {
 });
 
 describe('two instances with the Blob checkpoint store (Azurite)', () => {
-  let azurite: AzuriteBlob;
+  let azurite: Azurite;
   beforeEach(async () => {
-    azurite = await AzuriteBlob.start();
+    azurite = await Azurite.start('blob');
   });
   afterEach(async () => {
     await Promise.all([...running].map((w) => w.stop()));
