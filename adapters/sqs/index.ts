@@ -29,6 +29,7 @@ import {
   type SqsAdapterOptions,
 } from './options.js';
 import { withAttempts } from './retry.js';
+import { cliClientConfig, isSqsSpec, queueUrlOfSpec } from './url.js';
 
 export { BatchEntryError } from './errors.js';
 export type { SqsMessage } from './message.js';
@@ -403,16 +404,7 @@ export function createSqsAdapter(options: SqsAdapterOptions): SqsAdapter {
  * queue URL such as `https://sqs.eu-west-1.amazonaws.com/123456789012/partner-events`.
  */
 export function isSqsSourceSpec(spec: string): boolean {
-  if (spec.startsWith('sqs:')) return true;
-  try {
-    const { protocol, hostname } = new URL(spec);
-    return (
-      protocol === 'https:' &&
-      /^sqs\.[a-z0-9-]+\.amazonaws\.com(\.cn)?$|^[a-z0-9-]+\.queue\.amazonaws\.com$/.test(hostname)
-    );
-  } catch {
-    return false;
-  }
+  return isSqsSpec(spec);
 }
 
 /**
@@ -420,20 +412,9 @@ export function isSqsSourceSpec(spec: string): boolean {
  * comes from the SDK's standard configuration: credentials, `AWS_REGION`, `AWS_ENDPOINT_URL_SQS`.
  */
 export function sqsSourceFromCli(spec: string, options: { logger?: Logger } = {}): SqsAdapter {
-  const queueUrl = spec.startsWith('sqs:') ? spec.slice('sqs:'.length) : spec;
+  const queueUrl = queueUrlOfSpec(spec);
   if (!queueUrl) throw new ConfigError('--source sqs: needs a queue URL');
-  // An AWS queue URL names its region: use it when the environment sets none.
-  const region = /^https:\/\/sqs\.([a-z0-9-]+)\.amazonaws\.com/.exec(queueUrl)?.[1];
-  // SDK v3 reads AWS_REGION only (not AWS_DEFAULT_REGION): fill the gap from the URL, then the CLI convention.
-  const configured = process.env.AWS_REGION;
-  const fallbackRegion = region ?? process.env.AWS_DEFAULT_REGION;
-  // With an endpoint from the environment (a local emulator), send there rather than to the
-  // queue URL's host, which the SDK would otherwise prefer.
-  const localEndpoint = process.env.AWS_ENDPOINT_URL_SQS ?? process.env.AWS_ENDPOINT_URL;
-  const clientConfig = {
-    ...(!configured && fallbackRegion ? { region: fallbackRegion } : {}),
-    ...(localEndpoint ? { useQueueUrlAsEndpoint: false } : {}),
-  };
+  const clientConfig = cliClientConfig(queueUrl);
   return createSqsAdapter({
     queueUrl,
     ...(Object.keys(clientConfig).length > 0 ? { client: new SQSClient(clientConfig) } : {}),

@@ -3,19 +3,11 @@ import { SendMessageCommand, SQSClient } from '@aws-sdk/client-sqs';
 import { AdapterError, ConfigError } from '../../src/errors.js';
 import type { Delivery, OutgoingMessage, Target } from '../../src/target.js';
 import { isFifoQueue, queueNameOf } from './options.js';
+import { cliClientConfig } from './url.js';
 
 /** The SQS client a CLI queue spec implies (region from the URL, a local endpoint from the env). */
 export function cliClient(queueUrl: string): SQSClient {
-  const region = /^https:\/\/sqs\.([a-z0-9-]+)\.amazonaws\.com/.exec(queueUrl)?.[1];
-  // As `sqsSourceFromCli`: SDK v3 reads AWS_REGION only; else the URL's region, then AWS_DEFAULT_REGION.
-  const configured = process.env.AWS_REGION;
-  const fallbackRegion = region ?? process.env.AWS_DEFAULT_REGION;
-  const localEndpoint = process.env.AWS_ENDPOINT_URL_SQS ?? process.env.AWS_ENDPOINT_URL;
-  return new SQSClient({
-    ...(!configured && fallbackRegion ? { region: fallbackRegion } : {}),
-    // With an endpoint from the environment (a local emulator), send there, not to the URL's host.
-    ...(localEndpoint ? { useQueueUrlAsEndpoint: false } : {}),
-  });
+  return new SQSClient(cliClientConfig(queueUrl));
 }
 
 /**

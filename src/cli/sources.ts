@@ -2,6 +2,7 @@ import { existsSync } from 'node:fs';
 import type { Logger } from 'pino';
 import { FileSource } from '../../adapters/file/index.js';
 import { HttpIngressSource } from '../../adapters/http/index.js';
+import { isSqsSpec } from '../../adapters/sqs/url.js';
 import type { SourceAdapter } from '../adapter.js';
 import { ConfigError } from '../errors.js';
 import type { WorkerConfig } from '../worker-config.js';
@@ -36,10 +37,7 @@ export async function openSource(config: WorkerConfig, logger: Logger): Promise<
     if (!existsSync(path)) throw new UsageError(`--source ${spec}: no such file`);
     return new FileSource({ path });
   }
-  if (
-    spec.startsWith('sqs:') ||
-    /^https:\/\/(sqs\.[a-z0-9-]+\.amazonaws\.com(\.cn)?|[a-z0-9-]+\.queue\.amazonaws\.com)\//.test(spec)
-  ) {
+  if (isSqsSpec(spec)) {
     const adapter = await importAdapter('@aws-sdk/client-sqs', () => import('../../adapters/sqs/index.js'));
     return adapter.sqsSourceFromCli(spec, { logger });
   }

@@ -1,4 +1,5 @@
 import { appendFile } from 'node:fs/promises';
+import { isSqsSpec } from '../../adapters/sqs/url.js';
 import { AdapterError, ConfigError } from '../errors.js';
 import { describeUrl } from '../forward.js';
 import type { Target } from '../target.js';
@@ -18,7 +19,6 @@ export const TARGET_FORMS = [
   'http(s)://HOST:PORT/PATH (an HTTP ingress: POST each envelope)',
 ].join(', ');
 
-const SQS_URL = /^https:\/\/(sqs\.[a-z0-9-]+\.amazonaws\.com(\.cn)?|[a-z0-9-]+\.queue\.amazonaws\.com)\//;
 const STORAGE_QUEUE_URL = /^https:\/\/[^/?]+\.queue\.core\./;
 
 /** Loads a sender module; its SDK is an optional dependency, so say which one is missing. */
@@ -37,7 +37,7 @@ export async function openTarget(spec: string): Promise<Target> {
     if (!path) throw new UsageError('--to file: needs a path');
     return fileTarget(path);
   }
-  if (spec.startsWith('sqs:') || SQS_URL.test(spec)) {
+  if (isSqsSpec(spec)) {
     const sender = await importSender('@aws-sdk/client-sqs', () => import('../../adapters/sqs/sender.js'));
     return sender.sqsTargetFromCli(spec);
   }
