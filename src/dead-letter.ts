@@ -30,7 +30,8 @@ export interface DeadLetterSink {
   close(): Promise<void>;
 }
 
-const utf8 = new TextDecoder('utf-8', { fatal: true });
+// ignoreBOM: keep a leading byte-order mark, so `raw` is exactly the bytes received.
+const utf8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
 
 export function deadLetterRecord(
   message: RawMessage,
