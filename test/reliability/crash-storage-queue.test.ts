@@ -5,12 +5,12 @@
  */
 import { QueueServiceClient } from '@azure/storage-queue';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { Azurite } from '../support/azurite.js';
 import { HAS_REDIS, RedisServer } from '../support/redis-server.js';
+import { AzuriteQueue } from './support/azurite.js';
 import { type CrashResult, runCrash } from './support/crash.js';
 import { FULL, report, SIZES, seedFor, timeout } from './support/profile.js';
 
-let azurite: Azurite | undefined;
+let azurite: AzuriteQueue | undefined;
 let redis: RedisServer | undefined;
 
 beforeAll(async () => {
@@ -46,13 +46,9 @@ function check(result: CrashResult): void {
 
 describe('crash: worker SIGKILLed while consuming Storage Queue (Azurite)', () => {
   const { events, kills } = SIZES.crash;
-  /**
-   * A fresh Azurite per run: Azurite 3.35 sweeps deleted messages' extents every 60 s, and a
-   * sweep of thousands blocks it for minutes (docs/reliability.md, "Emulator limits"); a run
-   * finishes before its first sweep with work in it.
-   */
+  /** A fresh Azurite per run (in memory; its extent sweep off: support/azurite.ts). */
   const env = async () => {
-    azurite = await Azurite.start('queue');
+    azurite = await AzuriteQueue.start();
     return {
       azurite: {
         connectionString: azurite.connectionString,

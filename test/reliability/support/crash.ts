@@ -1,8 +1,8 @@
 /**
- * The crash scenario: a worker process consumes N signed events from a real queue (published as
- * a stream: at most BACKLOG wait at any time) and is
- * SIGKILLed K times at random points (seeded), each time restarted at once; the last incarnation
- * runs until every event was handled and the queue is empty, then stops with SIGTERM.
+ * The crash scenario: a worker process consumes N signed events and 1 % forgeries from a real
+ * queue (published as a stream: at most BACKLOG wait at any time) and is SIGKILLed K times at
+ * random points (seeded), each time restarted at once; the last incarnation runs until every
+ * event was handled and the queue is empty, then stops with SIGTERM.
  *
  * Kill points: K thresholds drawn uniformly from 2–98 % of N (sorted; two close thresholds kill a
  * worker that is still starting). Once the distinct handled count reaches a threshold, the kill
@@ -84,7 +84,10 @@ export interface CrashResult {
 /** Short, so a crashed worker's messages come back soon (1 s in the small profile: bounded time). */
 const VISIBILITY_SECONDS = FULL ? 2 : 1;
 const LEASE_MS = VISIBILITY_SECONDS * 1000;
-/** Events waiting in the queue at most: a stream, not one big backlog (that is the overload suite); Azurite slows down with depth (500/s at 100 messages, 80/s at 3,000). */
+/**
+ * Events waiting in the queue at most: a stream, not one big backlog (that is the overload
+ * suite). Azurite slows down with depth (~500 messages/s with 100 waiting, ~80/s with 3,000).
+ */
 const BACKLOG = 200;
 /** No new handled line for this long: ask whether the broker still answers. */
 const STALL_MS = 20_000;
@@ -175,8 +178,8 @@ export async function runCrash(options: CrashOptions, env: CrashEnvironment): Pr
     );
     return `${what}; sent ${feeder.sent()}; ${answer}\nworker stats: ${tail(paths.stats, 3)}\n${tail(paths.log, 8)}`;
   };
-  // Fail fast, and say why, when the broker itself stops answering (Azurite's extent GC can
-  // block it for minutes: docs/reliability.md, "Emulator limits").
+  // Fail fast, and say why, when the broker itself stops answering (Azurite's extent sweep did,
+  // for minutes: docs/reliability.md, "Emulator limits met on the way").
   let lastLines = 0;
   let lastProgressAt = Date.now();
   const stallCheck = async () => {
@@ -204,7 +207,13 @@ export async function runCrash(options: CrashOptions, env: CrashEnvironment): Pr
   ).sort((a, b) => a - b);
 
   const log = new HandledLog(paths.handled);
-  const feeder = feed({ bodies, backlog: BACKLOG, send, handled: () => log.refresh().unique });
+  // Forgeries are never handled: count them as consumed, or the feeder would wait for them forever.
+  const feeder = feed({
+    bodies,
+    backlog: BACKLOG,
+    send,
+    handled: () => log.refresh().unique + forgedIds.length,
+  });
   const started = Date.now();
   const restartToFirst: number[] = [];
   const killedAt: number[] = [];

@@ -1,8 +1,12 @@
 /**
- * An Azurite queue service that keeps its state on disk (its own temp folder), so it can be
- * stopped and started again mid-stream, on the same port, with its queues and messages intact:
- * an outage of the broker, not a loss of it. Stopped with SIGTERM (Azurite saves its database on
- * a graceful exit; a SIGKILL loses what it had not saved yet), always by the PID we started.
+ * Azurite's queue service for the reliability suites, on a free loopback port, in its own temp
+ * folder, always stopped by the PID we started.
+ *
+ * - `persistent: true` keeps its state on disk, so it can be stopped (SIGTERM: Azurite saves its
+ *   database on a graceful exit; a SIGKILL loses what it had not saved) and started again on the
+ *   same port with its queues and messages intact: an outage of the broker, not a loss of it.
+ * - Its extent sweep is off (support/azurite-without-sweep.mjs): in Azurite 3.35 a sweep after a
+ *   few thousand deleted messages blocks the emulator for minutes, which would pass for an outage.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -11,19 +15,24 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { AZURITE_ACCOUNT, AZURITE_KEY } from '../../support/azurite.js';
 
-const BIN = fileURLToPath(new URL('../../../node_modules/.bin/azurite-queue', import.meta.url));
+const LAUNCHER = fileURLToPath(new URL('./azurite-without-sweep.mjs', import.meta.url));
 const READY = /Azurite Queue service successfully listens on http:\/\/127\.0\.0\.1:(\d+)/;
 
-export class PersistentAzurite {
-  readonly #dir = mkdtempSync(join(tmpdir(), 'phe-azurite-disk-'));
+export class AzuriteQueue {
+  readonly persistent: boolean;
+  readonly #dir = mkdtempSync(join(tmpdir(), 'phe-azurite-rel-'));
   #child: ChildProcess | undefined;
   #port = 0;
   readonly #killOnExit = () => {
     if (this.#child && this.#child.exitCode === null) this.#child.kill('SIGKILL');
   };
 
-  static async start(): Promise<PersistentAzurite> {
-    const azurite = new PersistentAzurite();
+  private constructor(persistent: boolean) {
+    this.persistent = persistent;
+  }
+
+  static async start(options: { persistent?: boolean } = {}): Promise<AzuriteQueue> {
+    const azurite = new AzuriteQueue(options.persistent ?? false);
     process.once('exit', azurite.#killOnExit);
     await azurite.resume();
     return azurite;
@@ -46,14 +55,14 @@ export class PersistentAzurite {
   async resume(): Promise<void> {
     if (this.#child) return;
     const child = spawn(
-      BIN,
+      process.execPath,
       [
+        LAUNCHER,
         '--queueHost',
         '127.0.0.1',
         '--queuePort',
         String(this.#port),
-        '--location',
-        this.#dir,
+        ...(this.persistent ? ['--location', this.#dir] : ['--inMemoryPersistence']),
         '--disableTelemetry',
         '--silent',
         '--skipApiVersionCheck',
@@ -94,7 +103,9 @@ export class PersistentAzurite {
     if (!child || child.exitCode !== null) return;
     const exited = new Promise((resolve) => child.once('exit', resolve));
     child.kill('SIGTERM');
+    const timer = setTimeout(() => child.kill('SIGKILL'), 10_000); // a blocked emulator ignores SIGTERM
     await exited;
+    clearTimeout(timer);
   }
 
   async stop(): Promise<void> {
