@@ -221,11 +221,17 @@ describe('Event Hubs adapter against the real SDK', () => {
       release = resolve;
     });
     const handled: string[] = [];
+    let bStarted = false;
     const worker = await startWorker(async (event) => {
-      if (event.event_id === b) await gate;
+      if (event.event_id === b) {
+        bStarted = true;
+        await gate;
+      }
       handled.push(event.event_id);
     });
-    await vi.waitFor(() => expect(handled).toEqual([a]), WAIT);
+    // Stop only once b is in its handler: an event still buffered at stop is rightly never started.
+    await vi.waitFor(() => expect(bStarted).toBe(true), WAIT);
+    expect(handled).toEqual([a]);
     const stopping = worker.stop();
     setTimeout(release, 50);
     await stopping;

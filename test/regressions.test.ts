@@ -5,10 +5,13 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterEach, describe, expect, it } from 'vitest';
+import type { PartitionContext, ReceivedEventData } from '@azure/event-hubs';
+import { afterEach, describe, expect, it, vi } from 'vitest';
+import { PartitionLane } from '../adapters/event-hubs/partition-lane.js';
 import { MemoryDedupeStore } from '../src/dedupe/memory.js';
 import { SqliteDedupeStore } from '../src/dedupe/sqlite.js';
 import { VerificationError } from '../src/errors.js';
+import { silentLogger } from '../src/logger.js';
 import { Keyring } from '../src/secrets.js';
 import { sign } from '../src/signature.js';
 import { verifyMessage } from '../src/verify.js';
@@ -86,5 +89,34 @@ describe('regression — src/dedupe/sqlite.ts: peek() bypasses the write queue',
     } finally {
       await store.close();
     }
+  });
+});
+
+describe('regression — adapters/event-hubs/partition-lane.ts: a retry timer that fires early stalls the partition', () => {
+  // Found by a CI failure: `retry` woke the receiver from a setTimeout, but `take` compared
+  // Date.now() with the due time. Timers run on a monotonic clock and may fire a millisecond
+  // before Date.now() reaches it; `take` then refused the head, the receiver slept again, and
+  // nothing ever woke it: the partition stopped for good after a retried event.
+  afterEach(() => {
+    vi.useRealTimers();
+  });
+
+  it('the head is takeable when the retry wakes the receiver, even if the wall clock lags', () => {
+    vi.useFakeTimers();
+    const context = { partitionId: '0', updateCheckpoint: async () => {} } as unknown as PartitionContext;
+    const lane = new PartitionLane<{ seq: number; attempt: number }>(context, silentLogger());
+    lane.push([{ sequenceNumber: 7 } as ReceivedEventData]);
+    const toMessage = (event: ReceivedEventData, attempt: number) => ({ seq: event.sequenceNumber, attempt });
+    const first = lane.take(Date.now(), toMessage);
+    expect(first).toEqual({ seq: 7, attempt: 1 });
+
+    let takenOnWake: { seq: number; attempt: number } | undefined;
+    lane.retry(first as { seq: number; attempt: number }, 40, () => {
+      vi.setSystemTime(Date.now() - 1); // the wall clock one millisecond behind the timer
+      takenOnWake = lane.take(Date.now(), toMessage);
+    });
+    expect(lane.take(Date.now(), toMessage)).toBeUndefined(); // not before its delay
+    vi.advanceTimersByTime(40);
+    expect(takenOnWake).toEqual({ seq: 7, attempt: 2 });
   });
 });

@@ -87,7 +87,12 @@ export class PartitionLane<M extends object> {
     this.#attempt++;
     this.#readyAt = Date.now() + delayMs;
     clearTimeout(this.#retryTimer);
-    this.#retryTimer = setTimeout(onReady, delayMs);
+    this.#retryTimer = setTimeout(() => {
+      // Timers run on a monotonic clock and may fire a millisecond before Date.now() reaches
+      // readyAt; the head must be takeable when we wake the receiver, or nothing wakes it again.
+      this.#readyAt = 0;
+      onReady();
+    }, delayMs);
     return true;
   }
 
