@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
+import { type AddressInfo, createServer, type Server, type Socket } from 'node:net';
 import { join } from 'node:path';
 import { type QueueClient, QueueSASPermissions, QueueServiceClient } from '@azure/storage-queue';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
@@ -443,6 +444,99 @@ describe('StorageQueueAdapter against Azurite', () => {
     await expect(
       adapter.settle({} as StorageQueueMessage, { kind: 'ack', result: 'handled' }),
     ).rejects.toThrow(AdapterError);
+  });
+});
+
+describe('StorageQueueAdapter when the service stalls or is down', () => {
+  // Azurite's well-known development account key (public, in Azure's docs).
+  const key = 'Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==';
+  const connectionStringFor = (port: number) =>
+    `DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey=${key};QueueEndpoint=http://127.0.0.1:${port}/devstoreaccount1;`;
+
+  /** A TCP server on loopback that accepts connections and never answers: a stalled service. */
+  async function stalledServer(): Promise<{ port: number; close(): Promise<void> }> {
+    const sockets = new Set<Socket>();
+    const server: Server = createServer((socket) => {
+      sockets.add(socket);
+      socket.on('close', () => sockets.delete(socket));
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    return {
+      port: (server.address() as AddressInfo).port,
+      close: () =>
+        new Promise<void>((resolve) => {
+          for (const socket of sockets) socket.destroy();
+          server.close(() => resolve());
+        }),
+    };
+  }
+
+  it('a receive with no answer fails after requestTimeoutMs with an AdapterError saying so', async () => {
+    const stalled = await stalledServer();
+    try {
+      const adapter = new StorageQueueAdapter({
+        queueName: 'stalled',
+        connectionString: connectionStringFor(stalled.port),
+        requestTimeoutMs: 300,
+        logger: createLogger({ level: 'silent' }),
+      });
+      const started = Date.now();
+      const error = await adapter.receive(1, new AbortController().signal).catch((e: unknown) => e);
+      expect(error).toBeInstanceOf(AdapterError);
+      expect((error as AdapterError).message).toMatch(
+        /receive from queue "stalled" failed: no answer within requestTimeoutMs/,
+      );
+      expect(Date.now() - started).toBeLessThan(5000);
+
+      // A stop during a stalled receive ends it at once, without an error.
+      const stop = new AbortController();
+      const pending = adapter.receive(1, stop.signal);
+      setTimeout(() => stop.abort(), 50);
+      await expect(pending).resolves.toEqual([]);
+    } finally {
+      await stalled.close();
+    }
+  });
+
+  it('a worker reports a stalled service as a receive error, and keeps trying', async () => {
+    const stalled = await stalledServer();
+    const adapter = new StorageQueueAdapter({
+      queueName: 'stalled',
+      connectionString: connectionStringFor(stalled.port),
+      requestTimeoutMs: 200,
+      logger: createLogger({ level: 'silent' }),
+    });
+    const consumer = createConsumer({
+      source: adapter,
+      secrets: [{ id: 'current', secret: TEST_SIGNING_SECRET }],
+      logger: createLogger({ level: 'silent' }),
+    });
+    consumer.on('*', () => {});
+    try {
+      await consumer.start();
+      await vi.waitFor(() => expect(consumer.status.lastReceiveError).toMatch(/no answer within/), WAIT);
+      expect(consumer.status.state).toBe('running');
+    } finally {
+      await consumer.stop();
+      await stalled.close();
+    }
+  });
+
+  it('a refused connection surfaces within seconds (few, quick SDK retries), not minutes', async () => {
+    const stalled = await stalledServer();
+    const port = stalled.port;
+    await stalled.close(); // nothing listens there now: connections are refused
+    const adapter = new StorageQueueAdapter({
+      queueName: 'down',
+      connectionString: connectionStringFor(port),
+      logger: createLogger({ level: 'silent' }),
+    });
+    const started = Date.now();
+    const error = await adapter.receive(1, new AbortController().signal).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(AdapterError);
+    expect((error as AdapterError).message).toMatch(/ECONNREFUSED/);
+    // 3 quick tries; with the SDK's default retry policy (4 tries, 4 s doubling) this took 16 s here.
+    expect(Date.now() - started).toBeLessThan(5000);
   });
 });
 

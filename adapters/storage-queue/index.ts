@@ -112,17 +112,18 @@ export class StorageQueueAdapter implements SourceAdapter<StorageQueueMessage> {
     if (signal.aborted) return [];
     const { queue } = await this.#connect();
     let items: ReceivedMessageItem[];
+    const deadline = this.#deadline(signal);
     try {
       const response = await queue.receiveMessages({
         numberOfMessages: Math.max(1, Math.min(max, this.#settings.numberOfMessages)),
         visibilityTimeout: this.#settings.visibilityTimeoutSeconds,
-        abortSignal: signal,
+        abortSignal: deadline,
       });
       items = response.receivedMessageItems;
     } catch (error) {
       // Aborted mid-request: whatever the service handed out reappears after the visibility timeout.
       if (signal.aborted) return [];
-      throw adapterError(`receive from queue "${this.queueName}"`, error);
+      throw adapterError(`receive from queue "${this.queueName}"`, error, deadline);
     }
     if (items.length === 0) {
       this.#emptyReceives++;
@@ -148,10 +149,13 @@ export class StorageQueueAdapter implements SourceAdapter<StorageQueueMessage> {
         this.#emptyReceives = 0;
         return lease.run(async (popReceipt) => {
           const seconds = this.#retryVisibility(message, outcome.delayMs);
+          const deadline = this.#deadline();
           try {
-            return (await queue.updateMessage(message.id, popReceipt, undefined, seconds)).popReceipt;
+            return (
+              await queue.updateMessage(message.id, popReceipt, undefined, seconds, { abortSignal: deadline })
+            ).popReceipt;
           } catch (error) {
-            throw adapterError(`retry of message ${message.id} (visibility ${seconds}s)`, error);
+            throw adapterError(`retry of message ${message.id} (visibility ${seconds}s)`, error, deadline);
           }
         });
       case 'dead':
@@ -172,10 +176,13 @@ export class StorageQueueAdapter implements SourceAdapter<StorageQueueMessage> {
       if (lease.settled) return undefined; // a settle got in first: nothing left to keep
       const seconds = this.#settings.visibilityTimeoutSeconds;
       let receipt: string | undefined;
+      const deadline = this.#deadline();
       try {
-        receipt = (await queue.updateMessage(message.id, popReceipt, undefined, seconds)).popReceipt;
+        receipt = (
+          await queue.updateMessage(message.id, popReceipt, undefined, seconds, { abortSignal: deadline })
+        ).popReceipt;
       } catch (error) {
-        throw adapterError(`visibility heartbeat for message ${message.id}`, error);
+        throw adapterError(`visibility heartbeat for message ${message.id}`, error, deadline);
       }
       if (!receipt) {
         throw new AdapterError(`visibility heartbeat for message ${message.id}: no popReceipt returned`);
@@ -233,30 +240,34 @@ export class StorageQueueAdapter implements SourceAdapter<StorageQueueMessage> {
   }
 
   async #delete(queue: QueueClient, message: StorageQueueMessage, popReceipt: string): Promise<undefined> {
+    const deadline = this.#deadline();
     try {
-      await queue.deleteMessage(message.id, popReceipt);
+      await queue.deleteMessage(message.id, popReceipt, { abortSignal: deadline });
     } catch (error) {
-      throw adapterError(`delete of message ${message.id}`, error);
+      throw adapterError(`delete of message ${message.id}`, error, deadline);
     }
     return undefined;
   }
 
   async #sendToPoison(poison: QueueClient, message: StorageQueueMessage): Promise<void> {
-    const send = () => poison.sendMessage(message.messageText, { messageTimeToLive: POISON_TTL_NEVER });
+    let deadline = this.#deadline();
+    const send = () =>
+      poison.sendMessage(message.messageText, { messageTimeToLive: POISON_TTL_NEVER, abortSignal: deadline });
     try {
       await send();
       return;
     } catch (error) {
       if (serviceErrorInfo(error).code !== 'QueueNotFound') {
-        throw adapterError(`copy of message ${message.id} to poison queue "${poison.name}"`, error);
+        throw adapterError(`copy of message ${message.id} to poison queue "${poison.name}"`, error, deadline);
       }
     }
+    deadline = this.#deadline();
     try {
-      await poison.createIfNotExists();
+      await poison.createIfNotExists({ abortSignal: deadline });
       await send();
       this.#logger.info({ poison_queue: poison.name }, 'created the poison queue');
     } catch (error) {
-      throw adapterError(`creating poison queue "${poison.name}" for message ${message.id}`, error);
+      throw adapterError(`creating poison queue "${poison.name}" for message ${message.id}`, error, deadline);
     }
   }
 
@@ -272,6 +283,12 @@ export class StorageQueueAdapter implements SourceAdapter<StorageQueueMessage> {
       'retry delay runs past the message’s expiry: retrying sooner; the queue deletes it at expiry',
     );
     return seconds;
+  }
+
+  /** The abort signal for one call to the service: `requestTimeoutMs`, or `signal` if sooner. */
+  #deadline(signal?: AbortSignal): AbortSignal {
+    const timeout = AbortSignal.timeout(this.#settings.requestTimeoutMs);
+    return signal ? AbortSignal.any([signal, timeout]) : timeout;
   }
 
   #emptyWait(): number {

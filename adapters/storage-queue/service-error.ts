@@ -32,8 +32,17 @@ const HINTS: Readonly<Record<string, string>> = {
     'the credential was refused: check the SAS expiry and signature; a service SAS covers one queue only, so the poison queue needs an account SAS or a client of its own',
 };
 
-/** Wraps a failed SDK call as an `AdapterError` whose message names the operation, the cause and the fix. */
-export function adapterError(operation: string, error: unknown): AdapterError {
+/**
+ * Wraps a failed SDK call as an `AdapterError` whose message names the operation, the cause and the
+ * fix. `deadline` is the call's abort signal: when its timeout fired, the service did not answer.
+ */
+export function adapterError(operation: string, error: unknown, deadline?: AbortSignal): AdapterError {
+  if (deadline?.aborted && (deadline.reason as { name?: unknown } | undefined)?.name === 'TimeoutError') {
+    return new AdapterError(
+      `${operation} failed: no answer within requestTimeoutMs (the service or the network path is stalled)`,
+      { cause: error, details: { status: undefined, service_code: undefined, timed_out: true } },
+    );
+  }
   const info = serviceErrorInfo(error);
   const status = [info.status, info.code].filter((part) => part !== undefined).join(' ');
   const hint = info.code === undefined ? undefined : HINTS[info.code];

@@ -32,6 +32,12 @@ export const storageQueueSettingsSchema = z
      * - `'none'`: never decode (the JS SDK's `sendMessage(text)`).
      */
     encoding: z.enum(['auto', 'base64', 'none']).default('auto'),
+    /**
+     * The longest wait for one call to the service (SDK retries included), in ms. Default 10 000.
+     * The SDK sets no client-side timeout, so without this a stalled connection hangs a receive,
+     * heartbeat or settle for good.
+     */
+    requestTimeoutMs: z.number().int().positive().default(10_000),
   })
   .check((ctx) => {
     const s = ctx.value;
@@ -65,6 +71,7 @@ export interface StorageQueueSettings {
   readonly pollIntervalMs: number;
   readonly maxPollIntervalMs: number;
   readonly encoding: 'auto' | 'base64' | 'none';
+  readonly requestTimeoutMs: number;
 }
 
 /** Validates the settings (a `ConfigError` names each bad field) and fills in the defaults. */

@@ -4,6 +4,7 @@ import {
   type newPipeline,
   type Pipeline,
   QueueClient,
+  type StoragePipelineOptions,
   type StorageSharedKeyCredential,
 } from '@azure/storage-queue';
 import { ConfigError } from '../../src/errors.js';
@@ -39,6 +40,15 @@ export interface ResolvedTarget {
   /** Builds the clients. Async: DefaultAzureCredential is imported only when it is needed. */
   connect(): Promise<QueueConnection>;
 }
+
+/**
+ * For the clients we build: few, quick SDK retries. The SDK's default (4 tries, 4 s doubling to
+ * 2 min) hides a short outage from the worker and its readiness, and holds a receive for minutes;
+ * the worker retries receives itself, with backoff, and reports the failure.
+ */
+export const PIPELINE_OPTIONS: StoragePipelineOptions = {
+  retryOptions: { maxTries: 3, retryDelayInMs: 500, maxRetryDelayInMs: 2000 },
+};
 
 // Azure's rule: 3–63 characters, lowercase letters, digits and single hyphens, not at either end.
 const QUEUE_NAME = /^(?=.{3,63}$)[a-z0-9](?:[a-z0-9]|-(?=[a-z0-9]))*$/;
@@ -82,7 +92,7 @@ export function resolveTarget(target: StorageQueueTarget): ResolvedTarget {
   const queueName = checkQueueName(queueNameOfUrl(url), 'queue name in the URL');
   if (url.search.length > 1 || target.credential) {
     const credential = url.search.length > 1 ? undefined : target.credential;
-    const client = (href: string) => (credential ? new QueueClient(href, credential) : new QueueClient(href));
+    const client = (href: string) => new QueueClient(href, credential, PIPELINE_OPTIONS);
     const queue = client(url.href);
     return {
       queueName,
@@ -94,8 +104,8 @@ export function resolveTarget(target: StorageQueueTarget): ResolvedTarget {
     connect: async () => {
       const credential = await defaultAzureCredential();
       return {
-        queue: new QueueClient(url.href, credential),
-        sibling: (name) => new QueueClient(siblingUrl(url.href, name), credential),
+        queue: new QueueClient(url.href, credential, PIPELINE_OPTIONS),
+        sibling: (name) => new QueueClient(siblingUrl(url.href, name), credential, PIPELINE_OPTIONS),
       };
     },
   };
@@ -103,7 +113,7 @@ export function resolveTarget(target: StorageQueueTarget): ResolvedTarget {
 
 function fromConnectionString(connectionString: string, queueName: string): QueueClient {
   try {
-    return new QueueClient(connectionString, queueName);
+    return new QueueClient(connectionString, queueName, PIPELINE_OPTIONS);
   } catch (cause) {
     // The SDK's message is safe (it never echoes the string); never put the string itself in ours.
     throw new ConfigError(`the Storage connection string is not usable: ${(cause as Error).message}`, {
