@@ -3,7 +3,7 @@ import { join } from 'node:path';
 import { type CheckpointStore, EventHubProducerClient } from '@azure/event-hubs';
 import { BlobCheckpointStore } from '@azure/eventhubs-checkpointstore-blob';
 import { ContainerClient } from '@azure/storage-blob';
-import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
 import {
   createEventHubsAdapter,
   type EventHubsAdapter,
@@ -11,16 +11,21 @@ import {
   type EventHubsMessage,
   envelopeText,
   eventHubsSourceFromCli,
+  POISON_PROPERTIES,
   SqliteCheckpointStore,
 } from '../adapters/event-hubs/index.js';
 import { SqliteDedupeStore } from '../src/dedupe/sqlite.js';
 import { ConfigError } from '../src/errors.js';
-import { silentLogger } from '../src/logger.js';
+import { createLogger, silentLogger } from '../src/logger.js';
+import { readiness } from '../src/readiness.js';
 import type { HandlerContext } from '../src/router.js';
+import { Keyring } from '../src/secrets.js';
 import { createTestEnvelope, TEST_SIGNING_SECRET } from '../src/testing.js';
+import { verifyMessage } from '../src/verify.js';
 import { type Consumer, createConsumer, type SettledReport } from '../src/worker.js';
 import { Azurite } from './support/azurite.js';
 import { EventHubsBroker } from './support/event-hubs-broker.js';
+import type { EventHubsTestServer, TestHub } from './support/event-hubs-server.js';
 import { tempDir } from './support/harness.js';
 
 type Handler = (event: { event_id: string }, context: HandlerContext) => unknown;
@@ -32,20 +37,43 @@ interface Worker {
   stop(): Promise<void>;
 }
 
-const WAIT = { timeout: 10_000, interval: 20 };
+/**
+ * The server: our in-process AMQP broker, or with PARTNER_EVENTS_TEST_EVENTHUBS=emulator the
+ * official Event Hubs emulator in Docker (see docs/testing.md).
+ */
+const SERVER = process.env.PARTNER_EVENTS_TEST_EVENTHUBS ?? 'broker';
+if (SERVER !== 'broker' && SERVER !== 'emulator') {
+  throw new Error(`PARTNER_EVENTS_TEST_EVENTHUBS="${SERVER}": expected broker or emulator`);
+}
+/** The emulator knows only hubs declared at its start (partition count → how many): one per test. */
+const EMULATOR_HUBS = { 1: 2, 2: 7, 4: 1 };
+const WAIT = { timeout: SERVER === 'emulator' ? 30_000 : 10_000, interval: 20 };
 
-let broker: EventHubsBroker;
+let server: EventHubsTestServer;
+/** The test's own hub (fresh and empty). */
+let hub: TestHub;
 let dir: ReturnType<typeof tempDir>;
 const running = new Set<Worker>();
 
-beforeEach(async () => {
-  broker = await EventHubsBroker.start({ partitions: 2 });
+beforeAll(async () => {
+  server =
+    SERVER === 'emulator'
+      ? await (await import('./support/event-hubs-emulator.js')).EventHubsEmulator.start({
+          hubs: EMULATOR_HUBS,
+        })
+      : await EventHubsBroker.start();
+}, 600_000);
+
+afterAll(async () => {
+  await server?.stop();
+});
+
+beforeEach(() => {
   dir = tempDir('phe-eventhubs-');
 });
 
 afterEach(async () => {
   await Promise.all([...running].map((w) => w.stop()));
-  await broker.stop();
   dir.cleanup();
 });
 
@@ -56,10 +84,10 @@ async function startWorker(
 ): Promise<Worker> {
   const { dedupePath, shutdownTimeoutMs, ...adapterOptions } = options;
   const adapter = createEventHubsAdapter({
-    connectionString: broker.connectionString(),
+    connectionString: hub.connectionString,
     checkpointStore: join(dir.path, 'checkpoints.db'),
     checkpointIntervalMs: 100,
-    logger: silentLogger(),
+    logger: process.env.DBG ? createLogger({ level: 'debug' }) : silentLogger(),
     ...adapterOptions,
   });
   const reports: SettledReport<EventHubsMessage>[] = [];
@@ -89,9 +117,9 @@ async function startWorker(
 }
 
 /** Publishes a signed event as raw UTF-8 bytes (what .NET/Python/Java publishers send). */
-function publish(partitionId: string): string {
+async function publish(partitionId: string): Promise<string> {
   const event = createTestEnvelope('daily.data.steps.created');
-  broker.publish(partitionId, event.raw);
+  await hub.publish(partitionId, event.raw);
   return event.eventId;
 }
 
@@ -116,10 +144,14 @@ async function checkpoints(adapter: EventHubsAdapter, path = join(dir.path, 'che
 }
 
 describe('Event Hubs adapter against the real SDK', () => {
+  beforeEach(async () => {
+    hub = await server.createHub(2);
+  });
+
   it('delivers signed events from every partition through createConsumer and checkpoints them', async () => {
     // Partition 0 through the SDK producer (a string body: the JS SDK JSON-quotes it on the wire),
     // partition 1 as raw bytes.
-    const producer = new EventHubProducerClient(broker.connectionString());
+    const producer = new EventHubProducerClient(hub.connectionString);
     const viaSdk = [
       createTestEnvelope('daily.data.heart_rate.created'),
       createTestEnvelope('coach.nudge.created'),
@@ -129,7 +161,7 @@ describe('Event Hubs adapter against the real SDK', () => {
       { partitionId: '0' },
     );
     await producer.close();
-    const raw = [publish('1'), publish('1')];
+    const raw = [await publish('1'), await publish('1')];
 
     const seen: { id: string; messageId: string; enqueuedAt: number | undefined }[] = [];
     const worker = await startWorker((event, ctx) => {
@@ -139,7 +171,7 @@ describe('Event Hubs adapter against the real SDK', () => {
 
     expect(seen.map((s) => s.id).sort()).toEqual([...viaSdk.map((e) => e.eventId), ...raw].sort());
     expect(seen.map((s) => s.messageId).sort()).toEqual(['0:0', '0:1', '1:0', '1:1']);
-    const stored = broker.events('1')[0];
+    const stored = (await hub.events('1'))[0];
     expect(seen.find((s) => s.messageId === '1:0')?.enqueuedAt).toBe(stored?.enqueuedTime);
     expect(worker.reports.every((r) => r.outcome.kind === 'ack')).toBe(true);
     expect(worker.adapter.partitions).toEqual(['0', '1']);
@@ -149,8 +181,8 @@ describe('Event Hubs adapter against the real SDK', () => {
   });
 
   it('keeps order within a partition while other partitions proceed', async () => {
-    const [first, second] = [publish('0'), publish('0')];
-    const other = publish('1');
+    const [first, second] = [await publish('0'), await publish('0')];
+    const other = await publish('1');
     let release!: () => void;
     const gate = new Promise<void>((resolve) => {
       release = resolve;
@@ -176,10 +208,10 @@ describe('Event Hubs adapter against the real SDK', () => {
   });
 
   it('retries in place, dead-letters after N attempts, then the partition moves on', async () => {
-    const poison = publish('0');
-    const afterPoison = publish('0');
-    const flaky = publish('1');
-    const afterFlaky = publish('1');
+    const poison = await publish('0');
+    const afterPoison = await publish('0');
+    const flaky = await publish('1');
+    const afterFlaky = await publish('1');
     const calls: string[] = [];
     let flakyFailures = 0;
     const worker = await startWorker((event, ctx) => {
@@ -213,9 +245,101 @@ describe('Event Hubs adapter against the real SDK', () => {
     expect(await checkpoints(worker.adapter)).toEqual({ 0: 1, 1: 1 });
   });
 
+  it('copies a dead event to the poison hub byte for byte, with why and where it died', async () => {
+    const poisonHub = await server.createHub(1);
+    const event = createTestEnvelope('daily.data.steps.created');
+    await hub.publish('0', event.raw, { tenant: 'acme' });
+    const after = await publish('0');
+    const worker = await startWorker(
+      (e) => {
+        if (e.event_id === event.eventId) throw new Error('poison');
+      },
+      { poisonHub: poisonHub.name },
+    );
+    expect(worker.adapter.poisonHubName).toBe(poisonHub.name);
+    await vi.waitFor(() => expect(handledIds(worker.reports)).toEqual([after]), WAIT);
+
+    const copies = await poisonHub.events('0');
+    expect(copies).toHaveLength(1);
+    expect(Buffer.from(copies[0]?.body ?? []).toString('utf8')).toBe(event.raw);
+    expect(copies[0]?.applicationProperties).toMatchObject({
+      tenant: 'acme', // the publisher's own properties are kept
+      [POISON_PROPERTIES.code]: 'HANDLER_FAILED',
+      [POISON_PROPERTIES.attempts]: 3,
+      [POISON_PROPERTIES.eventHub]: hub.name,
+      [POISON_PROPERTIES.consumerGroup]: '$Default',
+      [POISON_PROPERTIES.partitionId]: '0',
+      [POISON_PROPERTIES.sequenceNumber]: 0,
+    });
+    // The copy is the signed envelope itself: it still verifies (e.g. to replay from the poison hub).
+    const keyring = new Keyring([{ id: 'current', secret: TEST_SIGNING_SECRET }]);
+    expect(verifyMessage(Buffer.from(copies[0]?.body ?? []), { keyring }).eventId).toBe(event.eventId);
+    const dead = readFileSync(join(dir.path, 'dead.jsonl'), 'utf8').trim().split('\n');
+    expect(dead).toHaveLength(1); // the dead-letter file is still written (first)
+    await worker.stop();
+    expect(await checkpoints(worker.adapter)).toEqual({ 0: 1 });
+  });
+
+  it('holds the partition while the poison hub refuses the copy; a stop leaves the event for next time', async () => {
+    const poison = await publish('0');
+    const after = await publish('0');
+    const other = await publish('1');
+    const failing = (e: { event_id: string }) => {
+      if (e.event_id === poison) throw new Error('poison');
+    };
+    const one = await startWorker(failing, { poisonHub: 'no-such-hub' });
+    await vi.waitFor(() => expect(handledIds(one.reports)).toEqual([other]), WAIT);
+    await vi.waitFor(() => expect(one.reports.some((r) => r.outcome.kind === 'dead')).toBe(true), WAIT);
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    expect(handledIds(one.reports)).not.toContain(after); // the partition waits for the copy
+    const stopStarted = Date.now();
+    await one.stop();
+    expect(Date.now() - stopStarted).toBeLessThan(5000); // a failing copy does not hold up the stop
+    expect(await checkpoints(one.adapter)).toEqual({ 1: 0 }); // nothing of partition 0 settled
+
+    const poisonHub = await server.createHub(1);
+    const two = await startWorker(failing, { poisonHub: poisonHub.name });
+    await vi.waitFor(() => expect(handledIds(two.reports)).toEqual([after]), WAIT);
+    expect(await poisonHub.events('0')).toHaveLength(1);
+    await two.stop();
+    expect(await checkpoints(two.adapter)).toEqual({ 0: 1, 1: 0 });
+  });
+
+  it.skipIf(SERVER === 'emulator')(
+    'reports not connected (readiness) while the broker is gone, and connected once it is back',
+    async () => {
+      const own = await EventHubsBroker.start({ hub: 'own', partitions: 1 });
+      const worker = await startWorker(() => {}, {
+        connectionString: own.connectionString(),
+        // Retries that outlast the outage: the SDK reconnects by itself. (Once its retries are
+        // spent it stops reading the partition until its ownership record expires, 60 s.)
+        clientOptions: { retryOptions: { maxRetries: 100, retryDelayInMs: 100, maxRetryDelayInMs: 100 } },
+      });
+      try {
+        own.publish('0', createTestEnvelope('daily.data.steps.created').raw);
+        await vi.waitFor(() => expect(handledIds(worker.reports)).toHaveLength(1), WAIT);
+        expect(worker.adapter.connected).toBe(true);
+
+        await own.crash();
+        await vi.waitFor(() => expect(worker.adapter.connected).toBe(false), WAIT);
+        const readyz = readiness(worker.consumer, worker.adapter, 120_000);
+        expect(readyz.ready).toBe(false);
+        expect(readyz.checks.source.ok).toBe(false);
+
+        await own.resume();
+        await vi.waitFor(() => expect(worker.adapter.connected).toBe(true), WAIT);
+        own.publish('0', createTestEnvelope('daily.data.steps.created').raw);
+        await vi.waitFor(() => expect(handledIds(worker.reports)).toHaveLength(2), WAIT);
+      } finally {
+        await worker.stop();
+        await own.stop();
+      }
+    },
+  );
+
   it('on stop finishes in-flight events and checkpoints only what was settled', async () => {
-    const [a, b] = [publish('0'), publish('0')];
-    publish('0');
+    const [a, b] = [await publish('0'), await publish('0')];
+    await publish('0');
     let release!: () => void;
     const gate = new Promise<void>((resolve) => {
       release = resolve;
@@ -240,7 +364,7 @@ describe('Event Hubs adapter against the real SDK', () => {
   });
 
   it('resumes from the checkpoint after a restart; dedupe catches what a lost checkpoint replays', async () => {
-    const first = [publish('0'), publish('0'), publish('0'), publish('0')];
+    const first = [await publish('0'), await publish('0'), await publish('0'), await publish('0')];
     const handled: string[] = [];
     const handler: Handler = (event) => {
       handled.push(event.event_id);
@@ -250,7 +374,7 @@ describe('Event Hubs adapter against the real SDK', () => {
     await one.stop();
     expect(await checkpoints(one.adapter)).toEqual({ 0: 3 });
 
-    const later = [publish('0'), publish('0')];
+    const later = [await publish('0'), await publish('0')];
     const two = await startWorker(handler);
     await vi.waitFor(() => expect(handled).toHaveLength(6), WAIT);
     // Nothing before the checkpoint was even received again.
@@ -259,10 +383,10 @@ describe('Event Hubs adapter against the real SDK', () => {
 
     // A crash that lost the last checkpoint writes: the checkpoint is back at sequence number 1.
     const store = new SqliteCheckpointStore({ path: join(dir.path, 'checkpoints.db') });
-    const rewound = broker.events('0')[1];
+    const rewound = (await hub.events('0'))[1];
     await store.updateCheckpoint({
       fullyQualifiedNamespace: two.adapter.fullyQualifiedNamespace,
-      eventHubName: 'hub',
+      eventHubName: hub.name,
       consumerGroup: '$Default',
       partitionId: '0',
       sequenceNumber: 1,
@@ -282,6 +406,7 @@ describe('two instances with the Blob checkpoint store (Azurite)', () => {
   let azurite: Azurite;
   beforeEach(async () => {
     azurite = await Azurite.start('blob');
+    hub = await server.createHub(4);
   });
   afterEach(async () => {
     await Promise.all([...running].map((w) => w.stop()));
@@ -289,8 +414,6 @@ describe('two instances with the Blob checkpoint store (Azurite)', () => {
   });
 
   it('share the partitions and handle each event once', async () => {
-    await broker.stop();
-    broker = await EventHubsBroker.start({ partitions: 4 });
     const container = new ContainerClient(azurite.connectionString, 'checkpoints');
     await container.create();
     const blobStore = (): CheckpointStore => new BlobCheckpointStore(container);
@@ -303,7 +426,7 @@ describe('two instances with the Blob checkpoint store (Azurite)', () => {
       dedupePath: join(dir.path, 'shared-dedupe.db'), // two processes sharing one SQLite file
     };
     const ids: string[] = [];
-    for (let i = 0; i < 20; i++) ids.push(publish(String(i % 4)));
+    for (let i = 0; i < 20; i++) ids.push(await publish(String(i % 4)));
 
     const a = await startWorker(handler, {
       ...options,
@@ -322,7 +445,7 @@ describe('two instances with the Blob checkpoint store (Azurite)', () => {
     }, WAIT);
     expect([...a.adapter.partitions, ...b.adapter.partitions].sort()).toEqual(['0', '1', '2', '3']);
 
-    for (let i = 0; i < 20; i++) ids.push(publish(String(i % 4)));
+    for (let i = 0; i < 20; i++) ids.push(await publish(String(i % 4)));
     await vi.waitFor(() => expect(counts.size).toBe(40), WAIT);
     await Promise.all([a.stop(), b.stop()]); // drains: a late second run would show up in counts
     expect([...counts.keys()].sort()).toEqual([...ids].sort());
@@ -330,7 +453,7 @@ describe('two instances with the Blob checkpoint store (Azurite)', () => {
     expect(handledIds(b.reports).length).toBeGreaterThan(0);
     const stored = await new BlobCheckpointStore(container).listCheckpoints(
       a.adapter.fullyQualifiedNamespace,
-      'hub',
+      hub.name,
       '$Default',
     );
     expect(Object.fromEntries(stored.map((c) => [c.partitionId, c.sequenceNumber]))).toEqual({
@@ -382,6 +505,26 @@ describe('eventHubsSourceFromCli', () => {
     expect(adapter.name).toBe('azure-event-hubs:orders');
     expect(adapter.consumerGroup).toBe('partner');
     await adapter.close();
+  });
+
+  it('copies dead events to EVENTHUBS_POISON_HUB, which must not be the hub being read', async () => {
+    const env = {
+      EVENTHUBS_CONNECTION_STRING: cs,
+      EVENTHUBS_CHECKPOINT_STORE: `sqlite:${join(dir.path, 'cp.db')}`,
+    };
+    const adapter = eventHubsSourceFromCli(
+      'azure-event-hubs:orders',
+      {},
+      { ...env, EVENTHUBS_POISON_HUB: 'orders-poison' },
+    );
+    expect(adapter.poisonHubName).toBe('orders-poison');
+    await adapter.close();
+    expect(() =>
+      eventHubsSourceFromCli('azure-event-hubs:orders', {}, { ...env, EVENTHUBS_POISON_HUB: 'orders' }),
+    ).toThrow(/is the hub being read/);
+    expect(() =>
+      eventHubsSourceFromCli('azure-event-hubs:orders', {}, { ...env, EVENTHUBS_POISON_HUB: 'bad name' }),
+    ).toThrow(ConfigError);
   });
 
   it('rejects a bad spec and missing credentials with a ConfigError', () => {

@@ -3,6 +3,7 @@ import {
   type CloseReason,
   EventHubConsumerClient,
   type EventHubConsumerClientOptions,
+  EventHubProducerClient,
   type EventPosition,
   earliestEventPosition,
   latestEventPosition,
@@ -20,6 +21,7 @@ import type { Outcome } from '../../src/outcome.js';
 import { Waker } from '../../src/wake.js';
 import { envelopeText } from './body.js';
 import { PartitionLane } from './partition-lane.js';
+import { PoisonHub } from './poison-hub.js';
 import { SqliteCheckpointStore } from './sqlite-checkpoint-store.js';
 
 /** One event of one partition. `id` is `<partitionId>:<sequenceNumber>`. */
@@ -80,6 +82,14 @@ export interface EventHubsAdapterOptions {
   };
   /** Most messages one `receive` returns (at most one per partition). Default 100. */
   readonly maxBatchSize?: number;
+  /**
+   * Also send each dead event to this hub (after its dead-letter record is written): the name of
+   * a hub in the same namespace, with the same credentials, or a producer client of your own.
+   * The copy keeps the body byte for byte and adds `partner-events-*` application properties
+   * (code, reason, source partition, sequence number, …). The partition moves past a dead event
+   * only once its copy is accepted. Default: none (the dead-letter file only).
+   */
+  readonly poisonHub?: string | EventHubProducerClient;
   /** Passed to `EventHubConsumerClient` (retry, web sockets, `identifier` = owner id, …). */
   readonly clientOptions?: EventHubConsumerClientOptions;
   /** For logs and dead-letter records. Default `azure-event-hubs:<hub>`. */
@@ -118,9 +128,21 @@ export class EventHubsAdapter implements SourceAdapter<EventHubsMessage> {
   readonly #ownStore: SqliteCheckpointStore | undefined;
   readonly #lanes = new Map<PartitionContext, PartitionLane<EventHubsMessage>>();
   readonly #laneOf = new WeakMap<EventHubsMessage, PartitionLane<EventHubsMessage>>();
+  readonly #eventOf = new WeakMap<EventHubsMessage, ReceivedEventData>();
+  readonly #poison: PoisonHub | undefined;
+  /** Copies to the poison hub still being sent; aborted by `close`. */
+  readonly #poisonSends = new Set<Promise<void>>();
+  readonly #closing = new AbortController();
+  /** How often a persisting error is reported again: the SDK's load-balancing cycle. */
+  readonly #errorRepeatMs: number;
   readonly #waker = new Waker();
   #subscription: Subscription | undefined;
   #flushTimer: NodeJS.Timeout | undefined;
+  /** When the SDK last reported a connection, link or store error, and when it last delivered. */
+  #lastErrorAt = 0;
+  #lastHealthyAt = 0;
+  /** An owned partition the SDK has not called back for this long is not being read. */
+  readonly #silentAfterMs: number;
   #turn = 0;
   #closed = false;
 
@@ -151,6 +173,8 @@ export class EventHubsAdapter implements SourceAdapter<EventHubsMessage> {
       store = this.#ownStore;
     }
     const lb = options.loadBalancing;
+    this.#errorRepeatMs = Math.max(lb?.updateIntervalMs ?? 10_000, this.#options.maxWaitTimeInSeconds * 1000);
+    this.#silentAfterMs = Math.max(5000, 3 * this.#options.maxWaitTimeInSeconds * 1000);
     const clientOptions: EventHubConsumerClientOptions = {
       ...(this.#ownStore ? { identifier: this.#ownStore.ownerId } : {}),
       ...options.clientOptions,
@@ -180,15 +204,40 @@ export class EventHubsAdapter implements SourceAdapter<EventHubsMessage> {
             store,
             clientOptions,
           );
+      this.#poison = options.poisonHub ? this.#poisonHub(options, options.poisonHub) : undefined;
     } catch (cause) {
       this.#ownStore?.close();
+      if (cause instanceof ConfigError) throw cause;
       throw new ConfigError(`cannot create the Event Hubs client for ${this.name}`, { cause });
     }
+  }
+
+  /** The poison hub's name, or undefined when dead events only go to the dead-letter file. */
+  get poisonHubName(): string | undefined {
+    return this.#poison?.name;
   }
 
   /** As the SDK names it in checkpoints and ownership records. */
   get fullyQualifiedNamespace(): string {
     return this.#client.fullyQualifiedNamespace;
+  }
+
+  /**
+   * For readiness: false while an owned partition is not being read, or the SDK keeps reporting
+   * errors (connection, link, checkpoint store) and has not delivered since.
+   * - Once we hand a batch back, the SDK calls again within `maxWaitTimeInSeconds` (an empty
+   *   batch when nothing is new); while it is reconnecting it does not. A partition silent for
+   *   3 × that (at least 5 s) means the hub is out of reach, well before the SDK gives up.
+   * - An error not repeated within three load-balancing cycles is taken as passed (an instance
+   *   that owns no partition has no deliveries to show it).
+   */
+  get connected(): boolean {
+    const now = Date.now();
+    for (const lane of this.#lanes.values()) {
+      if (!lane.closed && lane.sdkSilentFor(now) > this.#silentAfterMs) return false;
+    }
+    if (this.#lastErrorAt <= this.#lastHealthyAt) return true;
+    return now - this.#lastErrorAt > 3 * this.#errorRepeatMs;
   }
 
   /** Partitions this instance reads right now (for status and tests). */
@@ -215,6 +264,29 @@ export class EventHubsAdapter implements SourceAdapter<EventHubsMessage> {
       lane.retry(message, outcome.delayMs, () => this.#waker.wake());
       return;
     }
+    const event = this.#eventOf.get(message);
+    if (outcome.kind === 'dead' && this.#poison && event) {
+      // In the background: the worker's slot is free, while the partition (only it) waits for the copy.
+      const info = {
+        code: outcome.code,
+        reason: outcome.reason,
+        attempts: message.attempt,
+        eventHub: this.eventHubName,
+        consumerGroup: this.consumerGroup,
+        partitionId: lane.partitionId,
+      };
+      const sending = this.#poison.send(event, info, this.#closing.signal).then((sent) => {
+        // Not sent means closing: the event stays unsettled and is read again next time.
+        if (sent) this.#complete(lane, message);
+      });
+      this.#poisonSends.add(sending);
+      void sending.finally(() => this.#poisonSends.delete(sending));
+      return;
+    }
+    this.#complete(lane, message);
+  }
+
+  #complete(lane: PartitionLane<EventHubsMessage>, message: EventHubsMessage): void {
     if (!lane.complete(message)) return;
     if (lane.unwritten >= this.#options.checkpointEvery) void lane.flush();
     this.#waker.wake();
@@ -230,6 +302,8 @@ export class EventHubsAdapter implements SourceAdapter<EventHubsMessage> {
     this.#closed = true;
     clearInterval(this.#flushTimer);
     this.#waker.wake();
+    this.#closing.abort();
+    await Promise.all(this.#poisonSends);
     try {
       await this.#subscription?.close();
     } catch (error) {
@@ -241,10 +315,26 @@ export class EventHubsAdapter implements SourceAdapter<EventHubsMessage> {
     await Promise.all(lanes.map((lane) => lane.flush()));
     this.#lanes.clear();
     try {
-      await this.#client.close();
+      await Promise.all([this.#client.close(), this.#poison?.close()]);
     } finally {
       this.#ownStore?.close();
     }
+  }
+
+  #poisonHub(options: EventHubsAdapterOptions, hub: string | EventHubProducerClient): PoisonHub {
+    const logger = this.#logger;
+    if (typeof hub !== 'string') return new PoisonHub(hub, logger);
+    if (hub === this.eventHubName) {
+      throw new ConfigError(`poisonHub "${hub}" is the hub being read: dead events would come back`);
+    }
+    const producer = options.connectionString
+      ? new EventHubProducerClient(withoutEntityPath(options.connectionString), hub)
+      : new EventHubProducerClient(
+          options.fullyQualifiedNamespace as string,
+          hub,
+          options.credential as TokenCredential,
+        );
+    return new PoisonHub(producer, logger);
   }
 
   #subscribe(): void {
@@ -283,11 +373,18 @@ export class EventHubsAdapter implements SourceAdapter<EventHubsMessage> {
   }
 
   async #onEvents(events: ReceivedEventData[], context: PartitionContext): Promise<void> {
-    if (events.length === 0 || this.#closed) return;
+    this.#lastHealthyAt = Date.now();
+    if (this.#closed) return;
     const lane = this.#laneFor(context);
-    lane.push(events);
-    this.#waker.wake();
-    await lane.drained();
+    lane.sdkCalled();
+    try {
+      if (events.length === 0) return;
+      lane.push(events);
+      this.#waker.wake();
+      await lane.drained();
+    } finally {
+      lane.sdkReturned(Date.now());
+    }
   }
 
   async #onClose(reason: CloseReason, context: PartitionContext): Promise<void> {
@@ -300,12 +397,18 @@ export class EventHubsAdapter implements SourceAdapter<EventHubsMessage> {
   }
 
   async #onError(error: Error, context: PartitionContext): Promise<void> {
-    const fields = { partition_id: context.partitionId || undefined, err: errorText(error) };
+    const code = (error as { code?: unknown }).code;
+    const fields = {
+      partition_id: context.partitionId || undefined,
+      err: errorText(error),
+      ...(typeof code === 'string' ? { code } : {}),
+    };
     // Another instance attached with the same owner level: load balancing moved the partition.
-    if ((error as { code?: unknown }).code === 'ReceiverDisconnectedError') {
+    if (code === 'ReceiverDisconnectedError') {
       this.#logger.info(fields, 'partition taken over by another instance');
     } else {
-      // Connection and link errors: the SDK reconnects and retries on its own.
+      // Connection, link and checkpoint store errors: the SDK reconnects and retries on its own.
+      this.#lastErrorAt = Date.now();
       this.#logger.warn(fields, 'Event Hubs error');
     }
   }
@@ -341,7 +444,7 @@ export class EventHubsAdapter implements SourceAdapter<EventHubsMessage> {
     event: ReceivedEventData,
     attempt: number,
   ): EventHubsMessage {
-    return {
+    const message: EventHubsMessage = {
       id: `${lane.partitionId}:${event.sequenceNumber}`,
       body: envelopeText(event.body),
       attempt,
@@ -357,7 +460,17 @@ export class EventHubsAdapter implements SourceAdapter<EventHubsMessage> {
         offset: event.offset,
       },
     };
+    if (this.#poison) this.#eventOf.set(message, event);
+    return message;
   }
+}
+
+/** A namespace-level connection string: the poison hub is named separately. */
+function withoutEntityPath(connectionString: string): string {
+  return connectionString
+    .split(';')
+    .filter((part) => !/^\s*EntityPath\s*=/i.test(part))
+    .join(';');
 }
 
 export function createEventHubsAdapter(options: EventHubsAdapterOptions): EventHubsAdapter {
@@ -403,5 +516,9 @@ function positive(name: string, value: number | undefined, fallback: number): nu
 }
 
 function errorText(error: unknown): string {
-  return error instanceof Error ? error.message : String(error);
+  // A refused connection to a host with several addresses is an AggregateError with no message.
+  if (error instanceof AggregateError && error.errors.length > 0)
+    return error.errors.map(errorText).join('; ');
+  if (error instanceof Error) return error.message || error.name;
+  return String(error);
 }

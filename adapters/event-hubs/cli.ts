@@ -10,6 +10,8 @@ export const ENV_CONNECTION_STRING = 'EVENTHUBS_CONNECTION_STRING';
 export const ENV_NAMESPACE = 'EVENTHUBS_FULLY_QUALIFIED_NAMESPACE';
 /** `sqlite:PATH` (default `sqlite:partner-events-checkpoints.db`) or `blob:CONTAINER_URL`. */
 export const ENV_CHECKPOINT_STORE = 'EVENTHUBS_CHECKPOINT_STORE';
+/** A hub in the same namespace that receives a copy of each dead event (optional). */
+export const ENV_POISON_HUB = 'EVENTHUBS_POISON_HUB';
 /** With `blob:NAME` (a container name rather than a URL): the storage account's connection string. */
 export const ENV_STORAGE_CONNECTION_STRING = 'AZURE_STORAGE_CONNECTION_STRING';
 
@@ -18,7 +20,7 @@ export const ENV_STORAGE_CONNECTION_STRING = 'AZURE_STORAGE_CONNECTION_STRING';
  * Credentials come from the environment: `EVENTHUBS_CONNECTION_STRING`, or
  * `EVENTHUBS_FULLY_QUALIFIED_NAMESPACE` with `@azure/identity`'s `DefaultAzureCredential`
  * (imported on first use, so it is needed only then). The checkpoint store is
- * `EVENTHUBS_CHECKPOINT_STORE`.
+ * `EVENTHUBS_CHECKPOINT_STORE`; `EVENTHUBS_POISON_HUB` names a hub for copies of dead events.
  */
 export function eventHubsSourceFromCli(
   spec: string,
@@ -41,6 +43,10 @@ export function eventHubsSourceFromCli(
     }
     credential = lazyDefaultCredential();
   }
+  const poisonHub = env[ENV_POISON_HUB];
+  if (poisonHub && !/^[A-Za-z0-9][\w.-]*$/.test(poisonHub)) {
+    throw new ConfigError(`${ENV_POISON_HUB}="${poisonHub}": expected an event hub name`);
+  }
   const auth = connectionString
     ? { connectionString }
     : { fullyQualifiedNamespace: namespace as string, credential: credential as TokenCredential };
@@ -49,6 +55,7 @@ export function eventHubsSourceFromCli(
     eventHubName,
     checkpointStore: checkpointStoreFromEnv(env, () => (credential ??= lazyDefaultCredential())),
     ...(options.consumerGroup ? { consumerGroup: options.consumerGroup } : {}),
+    ...(poisonHub ? { poisonHub } : {}),
     ...(options.logger ? { logger: options.logger } : {}),
   });
 }

@@ -16,8 +16,10 @@ export {
   ENV_CHECKPOINT_STORE,
   ENV_CONNECTION_STRING,
   ENV_NAMESPACE,
+  ENV_POISON_HUB,
   ENV_STORAGE_CONNECTION_STRING,
   eventHubsSourceFromCli,
   lazyBlobCheckpointStore,
 } from './cli.js';
+export { type DeadEventInfo, POISON_PROPERTIES } from './poison-hub.js';
 export { SqliteCheckpointStore, type SqliteCheckpointStoreOptions } from './sqlite-checkpoint-store.js';

@@ -22,6 +22,8 @@ export class PartitionLane<M extends object> {
   #toCheckpoint: ReceivedEventData | undefined;
   #unwritten = 0;
   #writing: Promise<void> | undefined;
+  /** Since when the SDK owes us its next `processEvents` call; undefined while we have one. */
+  #sdkOwesSince: number | undefined = Date.now();
 
   constructor(context: PartitionContext, logger: Logger) {
     this.partitionId = context.partitionId;
@@ -40,6 +42,21 @@ export class PartitionLane<M extends object> {
 
   get buffered(): number {
     return this.#buffer.length;
+  }
+
+  /** The SDK called `processEvents` (an empty batch too): it is reading this partition. */
+  sdkCalled(): void {
+    this.#sdkOwesSince = undefined;
+  }
+
+  /** We returned from `processEvents`: the SDK's next call is due within its max wait time. */
+  sdkReturned(now: number): void {
+    this.#sdkOwesSince = now;
+  }
+
+  /** How long the SDK's next call is overdue from, 0 while we are handling its last batch. */
+  sdkSilentFor(now: number): number {
+    return this.#sdkOwesSince === undefined ? 0 : now - this.#sdkOwesSince;
   }
 
   push(events: readonly ReceivedEventData[]): void {

@@ -5,7 +5,7 @@
  * properties), consumer links on `<hub>/ConsumerGroups/<cg>/Partitions/<id>` honouring the
  * offset / sequence-number / enqueued-time filter and the owner level (epoch), and producer links
  * on `<hub>` or `<hub>/Partitions/<id>` (single messages and batches, format 0x80013700).
- * Everything is in memory; plain TCP on 127.0.0.1 and a free port.
+ * Several hubs (`createHub`); everything is in memory; plain TCP on 127.0.0.1 and a free port.
  */
 import type { AddressInfo, Server } from 'node:net';
 import rhea, {
@@ -16,6 +16,7 @@ import rhea, {
   type Sender,
   type Typed,
 } from 'rhea';
+import type { EventHubsTestServer, HubEvent, TestHub } from './event-hubs-server.js';
 
 /** One event as stored in a partition. */
 export interface StoredEvent {
@@ -44,6 +45,16 @@ export interface EventHubsBrokerOptions {
   readonly partitions?: number;
 }
 
+/** One hub's partitions, each an append-only log. */
+interface Hub {
+  readonly name: string;
+  readonly partitionIds: readonly string[];
+  readonly createdAt: Date;
+  readonly logs: Map<string, StoredEvent[]>;
+  readonly nextOffset: Map<string, number>;
+  roundRobin: number;
+}
+
 interface ConsumerLink extends ConsumerLinkInfo {
   readonly sender: Sender;
   /** Index into the partition log of the next event to send. */
@@ -57,27 +68,24 @@ const FILTER =
   /^amqp\.annotation\.(x-opt-offset|x-opt-sequence-number|x-opt-enqueued-time)\s*(>=|>)\s*'([^']*)'$/;
 const SELECTOR_FILTER = 'apache.org:selector-filter:string';
 
-export class EventHubsBroker {
+export class EventHubsBroker implements EventHubsTestServer {
+  readonly kind = 'broker';
+  /** The hub made at start (`options.hub`). */
   readonly hub: string;
   readonly partitionIds: readonly string[];
-  readonly #createdAt = new Date();
-  readonly #logs = new Map<string, StoredEvent[]>();
-  readonly #nextOffset = new Map<string, number>();
+  readonly #hubs = new Map<string, Hub>();
+  #hubCount = 0;
   readonly #consumers = new Set<ConsumerLink>();
   /** Replies waiting for credit on the client's reply link. */
   readonly #outbox = new Map<Sender, Message[]>();
   readonly #connections = new Set<Connection>();
-  readonly #server: Server;
-  #roundRobin = 0;
+  readonly #container: ReturnType<typeof rhea.create_container>;
+  #server: Server;
   #port = 0;
 
   private constructor(options: EventHubsBrokerOptions) {
     this.hub = options.hub ?? 'hub';
-    this.partitionIds = Array.from({ length: options.partitions ?? 2 }, (_, i) => String(i));
-    for (const id of this.partitionIds) {
-      this.#logs.set(id, []);
-      this.#nextOffset.set(id, 0);
-    }
+    this.partitionIds = this.#addHub(this.hub, options.partitions ?? 2).partitionIds;
     const container = rhea.create_container({ id: 'test-event-hubs-broker' });
     container.sasl_server_mechanisms.enable_anonymous();
     container.on('connection_open', (ctx: EventContext) => this.#connections.add(ctx.connection));
@@ -91,17 +99,28 @@ export class EventHubsBroker {
     // Peers closing links or connections with errors must not crash the test process.
     container.on('error', () => {});
     container.on('connection_error', () => {});
+    this.#container = container;
     this.#server = container.listen({ host: '127.0.0.1', port: 0 });
   }
 
   static async start(options: EventHubsBrokerOptions = {}): Promise<EventHubsBroker> {
     const broker = new EventHubsBroker(options);
-    await new Promise<void>((resolve, reject) => {
-      broker.#server.once('listening', resolve);
-      broker.#server.once('error', reject);
-    });
+    await broker.#listening();
     broker.#port = (broker.#server.address() as AddressInfo).port;
     return broker;
+  }
+
+  /** After `stop()` or `crash()`: listens again on the same port, with every hub and event kept. */
+  async resume(): Promise<void> {
+    this.#server = this.#container.listen({ host: '127.0.0.1', port: this.#port });
+    await this.#listening();
+  }
+
+  #listening(): Promise<void> {
+    return new Promise<void>((resolve, reject) => {
+      this.#server.once('listening', resolve);
+      this.#server.once('error', reject);
+    });
   }
 
   get port(): number {
@@ -118,14 +137,38 @@ export class EventHubsBroker {
     partitionId: string,
     body: string | Uint8Array,
     applicationProperties?: Record<string, unknown>,
+    hub = this.hub,
   ): StoredEvent {
     const bytes = typeof body === 'string' ? Buffer.from(body, 'utf8') : Buffer.from(body);
-    return this.#append(partitionId, rhea.message.data_section(bytes), applicationProperties, undefined);
+    return this.#append(
+      this.#hubNamed(hub),
+      partitionId,
+      rhea.message.data_section(bytes),
+      applicationProperties,
+      undefined,
+    );
   }
 
   /** The events stored in a partition, oldest first. */
-  events(partitionId: string): readonly StoredEvent[] {
-    return this.#logs.get(partitionId) ?? [];
+  events(partitionId: string, hub = this.hub): readonly StoredEvent[] {
+    return this.#hubs.get(hub)?.logs.get(partitionId) ?? [];
+  }
+
+  /** A new, empty hub (`hub-1`, `hub-2`, …) on this broker. */
+  async createHub(partitions: number): Promise<TestHub> {
+    let name: string;
+    do name = `hub-${++this.#hubCount}`;
+    while (this.#hubs.has(name));
+    const hub = this.#addHub(name, partitions);
+    return {
+      name,
+      partitionIds: hub.partitionIds,
+      connectionString: this.connectionString(name),
+      publish: async (partitionId, body, applicationProperties) => {
+        this.publish(partitionId, body, applicationProperties, name);
+      },
+      events: async (partitionId) => this.events(partitionId, name).map(hubEvent),
+    };
   }
 
   /** Consumer links attached right now. */
@@ -139,29 +182,67 @@ export class EventHubsBroker {
   }
 
   async stop(): Promise<void> {
-    for (const connection of this.#connections) {
-      connection.close();
-    }
+    const connections = [...this.#connections];
+    for (const connection of connections) connection.close();
+    await this.#closeServer(connections);
+  }
+
+  /**
+   * Drops every connection without an AMQP close and stops listening, as a crashed or unreachable
+   * broker does; `resume()` brings it back with its hubs and events.
+   */
+  async crash(): Promise<void> {
+    const connections = [...this.#connections];
+    for (const connection of connections) socketOf(connection)?.destroy();
+    await this.#closeServer(connections);
+  }
+
+  async #closeServer(connections: readonly Connection[]): Promise<void> {
     this.#connections.clear();
+    this.#consumers.clear();
+    this.#outbox.clear();
     await new Promise<void>((resolve) => {
       this.#server.close(() => resolve());
       // Sockets still open after close() keep the server alive: end them.
       setImmediate(() => {
-        for (const c of this.#connections)
-          (c as unknown as { socket?: { destroy(): void } }).socket?.destroy();
+        for (const c of connections) socketOf(c)?.destroy();
       });
     });
   }
 
+  #addHub(name: string, partitions: number): Hub {
+    const hub: Hub = {
+      name,
+      partitionIds: Array.from({ length: partitions }, (_, i) => String(i)),
+      createdAt: new Date(),
+      logs: new Map(),
+      nextOffset: new Map(),
+      roundRobin: 0,
+    };
+    for (const id of hub.partitionIds) {
+      hub.logs.set(id, []);
+      hub.nextOffset.set(id, 0);
+    }
+    this.#hubs.set(name, hub);
+    return hub;
+  }
+
+  #hubNamed(name: string): Hub {
+    const hub = this.#hubs.get(name);
+    if (!hub) throw new Error(`no hub ${name}`);
+    return hub;
+  }
+
   #append(
+    hub: Hub,
     partitionId: string,
     body: unknown,
     applicationProperties: Record<string, unknown> | undefined,
     partitionKey: string | undefined,
   ): StoredEvent {
-    const log = this.#logs.get(partitionId);
-    if (!log) throw new Error(`no partition ${partitionId}`);
-    const offset = this.#nextOffset.get(partitionId) ?? 0;
+    const log = hub.logs.get(partitionId);
+    if (!log) throw new Error(`no partition ${partitionId} in hub ${hub.name}`);
+    const offset = hub.nextOffset.get(partitionId) ?? 0;
     const event: StoredEvent = {
       sequenceNumber: log.length,
       offset: String(offset),
@@ -172,9 +253,9 @@ export class EventHubsBroker {
     };
     log.push(event);
     // A stand-in for the event's size in the partition's byte stream.
-    this.#nextOffset.set(partitionId, offset + 100 + bodySize(body));
+    hub.nextOffset.set(partitionId, offset + 100 + bodySize(body));
     for (const consumer of this.#consumers) {
-      if (consumer.hub === this.hub && consumer.partitionId === partitionId) this.#pump(consumer.sender);
+      if (consumer.hub === hub.name && consumer.partitionId === partitionId) this.#pump(consumer.sender);
     }
     return event;
   }
@@ -188,14 +269,14 @@ export class EventHubsBroker {
     if (address === '$cbs' || address === '$management') return; // a reply link
     const match = CONSUMER_ADDRESS.exec(address);
     const [, hub = '', consumerGroup = '', partitionId = ''] = match ?? [];
-    if (!match || hub !== this.hub || !this.#logs.has(partitionId)) {
+    if (!match || !this.#hubs.get(hub)?.logs.has(partitionId)) {
       sender.close({ condition: 'amqp:not-found', description: `no such entity: ${address}` });
       return;
     }
     const epoch = (sender.properties as Record<string, unknown> | undefined)?.['com.microsoft:epoch'];
     const ownerLevel = typeof epoch === 'number' ? epoch : undefined;
     const peers = [...this.#consumers].filter(
-      (c) => c.consumerGroup === consumerGroup && c.partitionId === partitionId,
+      (c) => c.hub === hub && c.consumerGroup === consumerGroup && c.partitionId === partitionId,
     );
     // Owner levels (epochs): a link with an owner level at least as high takes the partition
     // over; the SDK's load balancer relies on this to stop the previous owner's reader.
@@ -216,7 +297,7 @@ export class EventHubsBroker {
     }
     let cursor: number;
     try {
-      cursor = this.#startIndex(partitionId, filterOf(sender.source?.filter));
+      cursor = this.#startIndex(this.#hubNamed(hub), partitionId, filterOf(sender.source?.filter));
     } catch (error) {
       sender.close({ condition: 'amqp:invalid-field', description: (error as Error).message });
       return;
@@ -224,8 +305,8 @@ export class EventHubsBroker {
     this.#consumers.add({ hub, consumerGroup, partitionId, ownerLevel, sender, cursor });
   }
 
-  #startIndex(partitionId: string, filter: string | undefined): number {
-    const log = this.#logs.get(partitionId) ?? [];
+  #startIndex(hub: Hub, partitionId: string, filter: string | undefined): number {
+    const log = hub.logs.get(partitionId) ?? [];
     if (filter === undefined) return 0;
     const match = FILTER.exec(filter.trim());
     if (!match) throw new Error(`unsupported filter: ${filter}`);
@@ -249,7 +330,7 @@ export class EventHubsBroker {
     while (outbox?.length && sender.sendable()) sender.send(outbox.shift() as Message);
     const consumer = [...this.#consumers].find((c) => c.sender === sender);
     if (!consumer) return;
-    const log = this.#logs.get(consumer.partitionId) ?? [];
+    const log = this.#hubs.get(consumer.hub)?.logs.get(consumer.partitionId) ?? [];
     while (consumer.cursor < log.length && sender.sendable()) {
       sender.send(toAmqp(log[consumer.cursor] as StoredEvent));
       consumer.cursor++;
@@ -273,6 +354,12 @@ export class EventHubsBroker {
     const address = receiver.target?.address ?? '';
     receiver.set_source({ address: receiver.source?.address ?? '' });
     receiver.set_target({ address });
+    const hub = /^([^/]+)(?:\/Partitions\/[^/]+)?$/.exec(address)?.[1];
+    if (address !== '$cbs' && address !== '$management' && !this.#hubs.has(hub ?? '')) {
+      // As Event Hubs does: a producer link to a hub that does not exist is refused.
+      receiver.close({ condition: 'amqp:not-found', description: `no such entity: ${address}` });
+      return;
+    }
     // The SDK sizes its batches by the link's max message size: announce one.
     (
       receiver as unknown as { local: { attach: { max_message_size: number } } }
@@ -292,48 +379,42 @@ export class EventHubsBroker {
       return;
     }
     const partitionMatch = /^([^/]+)(?:\/Partitions\/([^/]+))?$/.exec(address);
-    if (!partitionMatch || partitionMatch[1] !== this.hub) return;
-    const target = partitionMatch[2];
+    const hub = this.#hubs.get(partitionMatch?.[1] ?? '');
+    if (!hub) return;
+    const target = partitionMatch?.[2];
     const messages =
       format === BATCH_FORMAT ? unbatch(ctx.message as unknown as Buffer) : [ctx.message as Message];
     for (const message of messages) {
       const key = message.message_annotations?.['x-opt-partition-key'];
       const partitionKey = typeof key === 'string' ? key : undefined;
-      const partitionId = target ?? this.#choosePartition(partitionKey);
-      this.#append(partitionId, message.body, message.application_properties, partitionKey);
+      const partitionId = target ?? choosePartition(hub, partitionKey);
+      this.#append(hub, partitionId, message.body, message.application_properties, partitionKey);
     }
-  }
-
-  #choosePartition(partitionKey: string | undefined): string {
-    const count = this.partitionIds.length;
-    if (partitionKey === undefined) return this.partitionIds[this.#roundRobin++ % count] as string;
-    let hash = 0;
-    for (const ch of partitionKey) hash = (hash * 31 + (ch.codePointAt(0) ?? 0)) >>> 0;
-    return this.partitionIds[hash % count] as string;
   }
 
   #management(ctx: EventContext): void {
     const props = (ctx.message?.application_properties ?? {}) as Record<string, unknown>;
-    if (props.operation !== 'READ' || props.name !== this.hub) {
+    const hub = typeof props.name === 'string' ? this.#hubs.get(props.name) : undefined;
+    if (props.operation !== 'READ' || !hub) {
       this.#reply(ctx, 404, undefined, `no such entity: ${String(props.name)}`);
     } else if (props.type === 'com.microsoft:eventhub') {
       this.#reply(ctx, 200, {
-        name: this.hub,
+        name: hub.name,
         type: 'com.microsoft:eventhub',
-        created_at: this.#createdAt,
-        partition_count: this.partitionIds.length,
-        partition_ids: rhea.types.wrap_array([...this.partitionIds], STR8_ARRAY, undefined),
+        created_at: hub.createdAt,
+        partition_count: hub.partitionIds.length,
+        partition_ids: rhea.types.wrap_array([...hub.partitionIds], STR8_ARRAY, undefined),
       });
     } else {
       const partitionId = String(props.partition);
-      const log = this.#logs.get(partitionId);
+      const log = hub.logs.get(partitionId);
       if (props.type !== 'com.microsoft:partition' || !log) {
         this.#reply(ctx, 404, undefined, `no such partition: ${partitionId}`);
         return;
       }
       const last = log.at(-1);
       this.#reply(ctx, 200, {
-        name: this.hub,
+        name: hub.name,
         type: 'com.microsoft:partition',
         partition: partitionId,
         begin_sequence_number: rhea.types.wrap_long(0),
@@ -371,6 +452,30 @@ export class EventHubsBroker {
     this.#outbox.set(link, outbox);
     this.#pump(link);
   }
+}
+
+function choosePartition(hub: Hub, partitionKey: string | undefined): string {
+  const ids = hub.partitionIds;
+  if (partitionKey === undefined) return ids[hub.roundRobin++ % ids.length] as string;
+  let hash = 0;
+  for (const ch of partitionKey) hash = (hash * 31 + (ch.codePointAt(0) ?? 0)) >>> 0;
+  return ids[hash % ids.length] as string;
+}
+
+/** A stored event as the suite's server interface reports it (the data section's bytes). */
+function hubEvent(event: StoredEvent): HubEvent {
+  const content = (event.body as { content?: unknown } | null)?.content;
+  return {
+    sequenceNumber: event.sequenceNumber,
+    offset: event.offset,
+    enqueuedTime: event.enqueuedTime,
+    body: Buffer.isBuffer(content) ? new Uint8Array(content) : Buffer.from(JSON.stringify(event.body)),
+    applicationProperties: event.applicationProperties,
+  };
+}
+
+function socketOf(connection: Connection): { destroy(): void } | undefined {
+  return (connection as unknown as { socket?: { destroy(): void } }).socket;
 }
 
 /** The selector string of a consumer link's source filter, if any. */

@@ -1,0 +1,107 @@
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { EventHubProducerClient, ReceivedEventData } from '@azure/event-hubs';
+import type { Logger } from 'pino';
+
+/** `AmqpAnnotatedMessage` (from @azure/core-amqp, which partners do not install themselves). */
+type AmqpMessage = ReturnType<ReceivedEventData['getRawAmqpMessage']>;
+
+/** Why an event was dead-lettered and where it came from. */
+export interface DeadEventInfo {
+  readonly code: string;
+  readonly reason: string;
+  readonly attempts: number;
+  readonly eventHub: string;
+  readonly consumerGroup: string;
+  readonly partitionId: string;
+}
+
+/** Application properties added to the copy on the poison hub (the publisher's own are kept). */
+export const POISON_PROPERTIES = {
+  code: 'partner-events-dead-code',
+  reason: 'partner-events-dead-reason',
+  attempts: 'partner-events-attempts',
+  eventHub: 'partner-events-event-hub',
+  consumerGroup: 'partner-events-consumer-group',
+  partitionId: 'partner-events-partition-id',
+  sequenceNumber: 'partner-events-sequence-number',
+  offset: 'partner-events-offset',
+  enqueuedTime: 'partner-events-enqueued-time',
+} as const;
+
+const FIRST_DELAY_MS = 500;
+const MAX_DELAY_MS = 30_000;
+
+/**
+ * Copies dead events to a second hub, so they stay visible and retained next to the log they
+ * left (the dead-letter file is still written first). The copy keeps the AMQP body section
+ * byte for byte, so its signature still verifies; the partition key is the source partition, so
+ * dead events of one partition stay in order.
+ */
+export class PoisonHub {
+  readonly name: string;
+  readonly #producer: EventHubProducerClient;
+  readonly #logger: Logger;
+
+  constructor(producer: EventHubProducerClient, logger: Logger) {
+    this.#producer = producer;
+    this.name = producer.eventHubName;
+    this.#logger = logger;
+  }
+
+  /**
+   * Sends the copy, retrying with backoff until it is accepted: the partition must not move past
+   * an event whose copy is not on the poison hub. Resolves false only when `signal` aborts first
+   * (the adapter is closing: the event is not settled and is read again next time).
+   */
+  async send(event: ReceivedEventData, info: DeadEventInfo, signal: AbortSignal): Promise<boolean> {
+    const copy = poisonCopy(event, info);
+    for (let failures = 0; !signal.aborted; failures++) {
+      try {
+        await this.#producer.sendBatch([copy], { partitionKey: info.partitionId, abortSignal: signal });
+        return true;
+      } catch (error) {
+        if (signal.aborted) break;
+        const delayMs = Math.min(MAX_DELAY_MS, FIRST_DELAY_MS * 2 ** Math.min(failures, 6));
+        this.#logger.warn(
+          {
+            poison_hub: this.name,
+            partition_id: info.partitionId,
+            sequence_number: event.sequenceNumber,
+            err: error instanceof Error ? error.message : String(error),
+            retry_in_ms: delayMs,
+          },
+          'copy to the poison hub failed: the partition waits until it succeeds',
+        );
+        await sleep(delayMs, undefined, { signal }).catch(() => {});
+      }
+    }
+    return false;
+  }
+
+  close(): Promise<void> {
+    return this.#producer.close();
+  }
+}
+
+/** The dead event as it arrived (body section and type unchanged), with where and why it died. */
+export function poisonCopy(event: ReceivedEventData, info: DeadEventInfo): AmqpMessage {
+  const raw = event.getRawAmqpMessage();
+  return {
+    // With skipParsingBodyAsJson the body is the section's content: bytes for a data section.
+    body: event.body,
+    bodyType: raw.bodyType ?? 'data',
+    ...(raw.properties ? { properties: raw.properties } : {}),
+    applicationProperties: {
+      ...raw.applicationProperties,
+      [POISON_PROPERTIES.code]: info.code,
+      [POISON_PROPERTIES.reason]: info.reason,
+      [POISON_PROPERTIES.attempts]: info.attempts,
+      [POISON_PROPERTIES.eventHub]: info.eventHub,
+      [POISON_PROPERTIES.consumerGroup]: info.consumerGroup,
+      [POISON_PROPERTIES.partitionId]: info.partitionId,
+      [POISON_PROPERTIES.sequenceNumber]: event.sequenceNumber,
+      [POISON_PROPERTIES.offset]: event.offset,
+      [POISON_PROPERTIES.enqueuedTime]: event.enqueuedTimeUtc.toISOString(),
+    },
+  };
+}
