@@ -193,6 +193,24 @@ function dedupeContract(name: string, factory: StoreFactory): void {
       expect(await store.peek('evt-1')).toBe('in_progress');
     });
 
+    it('forget deletes a done record only: the event is claimable again; leases and expired records stay', async () => {
+      expect(store.forget).toBeTypeOf('function');
+      const forget = (id: string) => store.forget?.(id);
+      expect(await forget('evt-1')).toBe(false); // absent
+      const tk = token(await store.claim('evt-1', LEASE));
+      expect(await forget('evt-1')).toBe(false); // a live lease is someone's handler: left alone
+      expect(await store.peek('evt-1')).toBe('in_progress');
+      expect(await store.complete('evt-1', tk, RETENTION)).toBe(true);
+      expect(await forget('evt-1')).toBe(true);
+      expect(await store.peek('evt-1')).toBe('absent');
+      expect(await forget('evt-1')).toBe(false);
+      token(await store.claim('evt-1', LEASE)); // handled again on its next delivery
+      const tk2 = token(await store.claim('evt-2', LEASE));
+      await store.complete('evt-2', tk2, RETENTION);
+      advance(RETENTION);
+      expect(await forget('evt-2')).toBe(false); // already expired: nothing to forget
+    });
+
     it('peek walks absent → in_progress → done → absent and changes nothing', async () => {
       expect(await store.peek('evt-1')).toBe('absent');
       expect(await store.peek('evt-1')).toBe('absent');

@@ -92,6 +92,17 @@ function realTimeContract(name: string, open: () => DedupeStore, skip = false): 
       expect((await store.claim(e, LEASE)).status).toBe('in_progress');
     });
 
+    it('forget deletes a done record, never a live lease', async () => {
+      const e = id();
+      const t = tokenOf(await store.claim(e, LEASE));
+      expect(await store.forget?.(e)).toBe(false);
+      expect(await store.peek(e)).toBe('in_progress');
+      expect(await store.complete(e, t, 60_000)).toBe(true);
+      expect(await store.forget?.(e)).toBe(true);
+      expect(await store.peek(e)).toBe('absent');
+      expect((await store.claim(e, LEASE)).status).toBe('claimed');
+    });
+
     it('a done event is forgotten after its retention', async () => {
       const e = id();
       const t = tokenOf(await store.claim(e, LEASE));

@@ -1,5 +1,6 @@
 import { MemoryDedupeStore } from '../dedupe/memory.js';
 import type { ClaimResult, DedupeState, DedupeStore } from '../dedupe/types.js';
+import { ConfigError } from '../errors.js';
 
 const FORCED = 'forced:';
 
@@ -44,19 +45,34 @@ export function forcingDedupe(store: DedupeStore, onForced: (eventId: string) =>
 /**
  * `replay --to`: the worker's store is only read (the worker claims and completes when it
  * processes the re-injected envelope); an event it marks done is a duplicate unless `force`.
+ * With `force`, the store's done record is deleted (`forget`) just before the event is
+ * re-injected, so the worker handles it again instead of acking it as a duplicate.
  * Claims for this run are kept in memory, so two copies in one file are injected once.
  */
 export function injectingDedupe(
   store: DedupeStore,
   options: { force: boolean; onForced: (eventId: string) => void },
 ): DedupeStore {
+  const forget = store.forget?.bind(store);
+  if (options.force && !forget) {
+    throw new ConfigError(
+      '--force with --to needs a dedupe store that can forget an event (sqlite:, redis:): this one cannot',
+    );
+  }
   const run = new MemoryDedupeStore();
   return {
     async claim(eventId: string, leaseMs: number): Promise<ClaimResult> {
       if ((await store.peek(eventId)) === 'done') {
-        if (!options.force) return { status: 'duplicate' };
+        if (!options.force || !forget) return { status: 'duplicate' };
         const result = await run.claim(eventId, leaseMs);
-        if (result.status === 'claimed') options.onForced(eventId);
+        if (result.status !== 'claimed') return result;
+        try {
+          await forget(eventId);
+        } catch (error) {
+          await run.release(eventId, result.token);
+          throw error;
+        }
+        options.onForced(eventId);
         return result;
       }
       return run.claim(eventId, leaseMs);

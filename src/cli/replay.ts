@@ -171,7 +171,7 @@ export async function replayCommand(args: string[]): Promise<number> {
   if (options.force) {
     process.stderr.write(
       options.to
-        ? 'WARNING --force: events the dedupe store marks as done are re-injected too; a worker that uses the same store will ack them as duplicates without handling them (use --forward URL --force to re-apply them)\n'
+        ? 'WARNING --force: events the dedupe store marks as done are forgotten by it and re-injected: the worker will handle them AGAIN\n'
         : 'WARNING --force: events the dedupe store marks as done are forwarded AGAIN: your app may apply them twice\n',
     );
   }

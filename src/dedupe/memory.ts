@@ -64,6 +64,12 @@ export class MemoryDedupeStore implements DedupeStore {
     return entry.done ? 'done' : 'in_progress';
   }
 
+  async forget(eventId: string): Promise<boolean> {
+    const entry = this.#entries.get(eventId);
+    if (!entry?.done || entry.expiresAt <= this.#now()) return false;
+    return this.#entries.delete(eventId);
+  }
+
   async close(): Promise<void> {
     this.#entries.clear();
   }

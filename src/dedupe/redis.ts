@@ -43,11 +43,18 @@ const RELEASE = `
 if redis.call('GET', KEYS[1]) == 'c:' .. ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0`;
 
+// Only a done record: a live lease belongs to a worker that is handling the event right now.
+const FORGET = `
+local v = redis.call('GET', KEYS[1])
+if v and string.sub(v, 1, 2) == 'd:' then return redis.call('DEL', KEYS[1]) end
+return 0`;
+
 interface DedupeCommands {
   pheClaim(key: string, token: string, leaseMs: number): Promise<[number, number]>;
   pheExtend(key: string, token: string, leaseMs: number): Promise<number>;
   pheComplete(key: string, token: string, retentionMs: number): Promise<number>;
   pheRelease(key: string, token: string): Promise<number>;
+  pheForget(key: string): Promise<number>;
 }
 
 /** Connection settings that make an outage fail fast instead of queueing commands. */
@@ -90,6 +97,7 @@ export class RedisDedupeStore implements DedupeStore {
     redis.defineCommand('pheExtend', { numberOfKeys: 1, lua: EXTEND });
     redis.defineCommand('pheComplete', { numberOfKeys: 1, lua: COMPLETE });
     redis.defineCommand('pheRelease', { numberOfKeys: 1, lua: RELEASE });
+    redis.defineCommand('pheForget', { numberOfKeys: 1, lua: FORGET });
     this.#redis = redis as Redis & DedupeCommands;
     this.#prefix = `${options.prefix ?? 'partner-events'}:${options.tenant ?? 'default'}:dedupe:`;
     // Until the first connection, calls wait for it (briefly); after that an outage fails fast.
@@ -126,6 +134,10 @@ export class RedisDedupeStore implements DedupeStore {
 
   async release(eventId: string, token: string): Promise<void> {
     await this.#call(() => this.#redis.pheRelease(this.#key(eventId), token));
+  }
+
+  async forget(eventId: string): Promise<boolean> {
+    return (await this.#call(() => this.#redis.pheForget(this.#key(eventId)))) === 1;
   }
 
   async peek(eventId: string): Promise<DedupeState> {

@@ -84,6 +84,7 @@ export class SqliteDedupeStore implements DedupeStore {
         'UPDATE dedupe SET done = 1, expires_at = ? WHERE event_id = ? AND token = ? AND done = 0',
       ),
       release: db.prepare('DELETE FROM dedupe WHERE event_id = ? AND token = ? AND done = 0'),
+      forget: db.prepare('DELETE FROM dedupe WHERE event_id = ? AND done = 1 AND expires_at > ?'),
       purge: db.prepare(
         'DELETE FROM dedupe WHERE event_id IN (SELECT event_id FROM dedupe WHERE expires_at <= ? LIMIT ?)',
       ),
@@ -124,6 +125,10 @@ export class SqliteDedupeStore implements DedupeStore {
     return this.#enqueue(() => {
       this.#stmt.release.run(eventId, token);
     });
+  }
+
+  forget(eventId: string): Promise<boolean> {
+    return this.#enqueue(() => this.#stmt.forget.run(eventId, this.#now()).changes === 1);
   }
 
   peek(eventId: string): Promise<DedupeState> {

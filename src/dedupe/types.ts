@@ -27,6 +27,12 @@ export interface DedupeStore {
   release(eventId: string, token: string): Promise<void>;
   /** Reads the state without changing it (dry runs, diagnostics). */
   peek(eventId: string): Promise<DedupeState>;
+  /**
+   * Deletes a *done* record, so that the next delivery of the event is handled again
+   * (`partner-events replay --force --to`). A lease in progress is left alone. True when a done
+   * record was deleted. Optional: stores without it cannot be used to re-apply events.
+   */
+  forget?(eventId: string): Promise<boolean>;
   /** False while the store is known to be unreachable (readiness checks). Absent means always. */
   readonly available?: boolean;
   close(): Promise<void>;
