@@ -14,6 +14,10 @@
  *   npm run bench:sqs
  *   npm run bench:sqs -- --n 2000 --reps 1 --concurrency 32,64
  *   npm run bench:sqs -- --server in-process
+ *   npm run bench:sqs -- --latency-ms 10    (each SQS call waits 10 ms first, as a remote SQS does)
+ *
+ * The last contender is ours at the highest concurrency with one ReceiveMessage at a time
+ * (`maxConcurrentReceives: 1`, the behaviour before several pollers): the baseline for them.
  *
  * Prints a table, then one JSON line with every figure (the last line of output).
  */
@@ -21,6 +25,7 @@ import { fork } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { availableParallelism, cpus, loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { SendMessageBatchCommand, type SQSClient } from '@aws-sdk/client-sqs';
@@ -40,6 +45,7 @@ const { values } = parseArgs({
     reps: { type: 'string', default: '3' },
     concurrency: { type: 'string', default: '16,32,64,128' },
     server: { type: 'string', default: 'child' },
+    'latency-ms': { type: 'string', default: '0' },
     serve: { type: 'boolean', default: false },
   },
 });
@@ -73,10 +79,12 @@ async function main(): Promise<void> {
   const reps = Number(values.reps);
   const levels = values.concurrency.split(',').map((c) => Number(c.trim()));
   const inProcess = values.server === 'in-process';
+  const latencyMs = Number(values['latency-ms']);
   const cpu = cpus()[0]?.model ?? 'unknown cpu';
   console.log(
     `partner-health-events bench:sqs — node ${process.version}, ${availableParallelism()} cpu (${cpu}), ` +
-      `fauxqs ${inProcess ? 'in this process' : 'in a child process'}`,
+      `fauxqs ${inProcess ? 'in this process' : 'in a child process'}` +
+      (latencyMs > 0 ? `, ${latencyMs} ms added to every SQS call` : ''),
   );
   console.log(
     `${fmtInt(n)} signed events of ${bytes} B bodies per run, ${reps} rep(s), fresh queue per run\n`,
@@ -88,9 +96,10 @@ async function main(): Promise<void> {
   const client = (): SQSClient => {
     const c = fauxqsClient(server.endpoint);
     c.middlewareStack.add(
-      (next, context) => (args) => {
+      (next, context) => async (args) => {
         const name = (context.commandName ?? 'unknown').replace(/Command$/, '');
         calls.set(name, (calls.get(name) ?? 0) + 1);
+        if (latencyMs > 0) await sleep(latencyMs);
         return next(args);
       },
       { step: 'initialize', name: 'countCalls' },
@@ -106,6 +115,11 @@ async function main(): Promise<void> {
       concurrency: c,
       run: (url: string, count: number) => runOurs(client(), url, count, c),
     })),
+    {
+      label: `ours c=${Math.max(...levels)} 1 poll`,
+      concurrency: Math.max(...levels),
+      run: (url: string, count: number) => runOurs(client(), url, count, Math.max(...levels), 1),
+    },
   ];
 
   /** One measured run of `contender` over the first `count` envelopes. */
@@ -153,7 +167,10 @@ async function main(): Promise<void> {
       callsPer1000: last?.callsPer1000 ?? {},
     };
   });
-  const ours = summary.slice(1);
+  const onePoll = summary.at(-1) as (typeof summary)[0];
+  const ours = summary.slice(1, -1);
+  const atMax = ours.find((o) => o.concurrency === onePoll.concurrency) ?? onePoll;
+  const pollersGain = atMax.eventsPerSec / onePoll.eventsPerSec;
   const best = ours.reduce((a, b) => (b.ratio > a.ratio ? b : a), ours[0] as (typeof ours)[0]);
   const atDefault = ours.find((o) => o.concurrency === 16) ?? best;
 
@@ -178,6 +195,8 @@ async function main(): Promise<void> {
   console.log(
     `\nratio ours ÷ sqs-consumer (median of per-rep ratios): ${fmtFixed(atDefault.ratio, 2)}× at the ` +
       `default concurrency (16), ${fmtFixed(best.ratio, 2)}× at the best (${best.label}); goal ≥ 1.0\n` +
+      `several ReceiveMessage at once: ${fmtFixed(pollersGain, 2)}× the throughput of one at a time ` +
+      `(${atMax.label} ÷ ${onePoll.label})\n` +
       `load average at the end: ${load.join(' ')} on ${availableParallelism()} cpus`,
   );
   console.log(
@@ -201,6 +220,8 @@ async function main(): Promise<void> {
       ratio_default: sig(atDefault.ratio, 3),
       ratio_best: sig(best.ratio, 3),
       best: best.label,
+      latency_ms: latencyMs,
+      pollers_gain: sig(pollersGain, 3),
       load_average: load,
     }),
   );
@@ -247,7 +268,13 @@ async function preload(client: SQSClient, queueUrl: string, bodies: readonly str
   await Promise.all(Array.from({ length: 16 }, worker));
 }
 
-async function runOurs(client: SQSClient, queueUrl: string, n: number, concurrency: number) {
+async function runOurs(
+  client: SQSClient,
+  queueUrl: string,
+  n: number,
+  concurrency: number,
+  maxConcurrentReceives?: number,
+) {
   const dir = mkdtempSync(join(tmpdir(), 'phe-bench-sqs-'));
   let handled = 0;
   let firstOther: string | undefined;
@@ -257,7 +284,11 @@ async function runOurs(client: SQSClient, queueUrl: string, n: number, concurren
   });
   let settled = 0;
   const consumer = createConsumer<SqsMessage>({
-    source: createSqsAdapter({ queueUrl, client }),
+    source: createSqsAdapter({
+      queueUrl,
+      client,
+      ...(maxConcurrentReceives ? { maxConcurrentReceives } : {}),
+    }),
     secrets: [{ id: 'current', secret: OUR_SECRET }],
     dedupe: sqliteDedupe({ path: join(dir, 'dedupe.sqlite') }),
     deadLetter: join(dir, 'dead-letters.jsonl'),

@@ -40,7 +40,7 @@ export interface ConsumerStatus {
   readonly inFlight: number;
   /** Last time `receive` returned (ms). */
   readonly lastReceiveAt: number | undefined;
-  /** Since when the current `receive` call has been waiting (ms); a hung poller shows here. */
+  /** Since when the oldest pending `receive` call has been waiting (ms); a hung poller shows here. */
   readonly receivingSince: number | undefined;
   readonly lastReceiveError: string | undefined;
   /** False while the dedupe store is unreachable (nothing is acked then). */
@@ -74,12 +74,17 @@ export class Consumer<M extends RawMessage = RawMessage> {
   readonly #onSettled: ((report: SettledReport<M>) => void) | undefined;
   #state: ConsumerState = 'idle';
   #inFlight = 0;
-  #slotFreed: (() => void) | undefined;
+  /** Slots promised to `receive` calls still pending (their `max`). */
+  #reserved = 0;
+  /** Pollers waiting for a free slot. */
+  #slotWaiters: (() => void)[] = [];
   #idle: (() => void) | undefined;
   readonly #receiveAbort = new AbortController();
   #loop: Promise<void> | undefined;
   #lastReceiveAt: number | undefined;
-  #receivingSince: number | undefined;
+  /** Start times of the pending `receive` calls. */
+  readonly #receiving = new Set<{ readonly since: number }>();
+  #exhausted = false;
   #lastReceiveError: string | undefined;
   /** Set by a DEDUPE_UNAVAILABLE outcome, cleared by the next message the store answered. */
   #dedupeFailing = false;
@@ -135,7 +140,7 @@ export class Consumer<M extends RawMessage = RawMessage> {
       state: this.#state,
       inFlight: this.#inFlight,
       lastReceiveAt: this.#lastReceiveAt,
-      receivingSince: this.#receivingSince,
+      receivingSince: this.#oldestReceive(),
       lastReceiveError: this.#lastReceiveError,
       // A store that reports its connection is trusted; otherwise the last outcomes tell.
       dedupeAvailable: this.#dedupe.available ?? !this.#dedupeFailing,
@@ -212,37 +217,56 @@ export class Consumer<M extends RawMessage = RawMessage> {
     if (this.#state === 'running') {
       this.#state = 'stopping';
       this.#receiveAbort.abort();
-      this.#slotFreed?.(); // the loop may be waiting for a free slot
+      this.#wakePollers(); // they may be waiting for a free slot
     }
     await this.#loop;
   }
 
   async #receiveLoop(source: SourceAdapter<M>): Promise<void> {
+    // Several receives at once only when one batch cannot fill the free slots, and the source
+    // allows it (an SQS round trip); one poller otherwise.
+    const pollers = Math.max(
+      1,
+      Math.min(source.maxConcurrentReceives ?? 1, Math.ceil(this.settings.concurrency / source.maxBatchSize)),
+    );
+    await Promise.all(Array.from({ length: pollers }, () => this.#poll(source)));
+    if (this.#state === 'running') this.#state = 'stopping';
+    await this.#drain();
+    this.#state = 'stopped';
+    await this.#closeAll();
+    this.logger.info('consumer stopped');
+  }
+
+  /** One poller: receives into the free slots (minus those promised to other pending receives). */
+  async #poll(source: SourceAdapter<M>): Promise<void> {
     const { concurrency } = this.settings;
     let failures = 0;
-    while (this.#state === 'running') {
-      if (this.#inFlight >= concurrency) {
-        await new Promise<void>((resolve) => {
-          this.#slotFreed = resolve;
-        });
+    while (this.#state === 'running' && !this.#exhausted) {
+      const free = concurrency - this.#inFlight - this.#reserved;
+      if (free <= 0) {
+        await new Promise<void>((resolve) => this.#slotWaiters.push(resolve));
         continue;
       }
-      let batch: readonly M[] | null;
-      this.#receivingSince = Date.now();
+      const max = Math.min(free, source.maxBatchSize);
+      const pending = { since: Date.now() };
+      this.#reserved += max;
+      this.#receiving.add(pending);
+      let batch: readonly M[] | null = [];
+      let failure: { readonly error: unknown } | undefined;
       try {
-        batch = await source.receive(
-          Math.min(concurrency - this.#inFlight, source.maxBatchSize),
-          this.#receiveAbort.signal,
-        );
-        this.#lastReceiveAt = Date.now();
-        this.#receivingSince = undefined;
-        this.#lastReceiveError = undefined;
-        failures = 0;
+        batch = await source.receive(max, this.#receiveAbort.signal);
       } catch (error) {
-        this.#receivingSince = undefined;
+        failure = { error };
+      }
+      this.#reserved -= max;
+      this.#receiving.delete(pending);
+      // Slots promised to this receive and left unused are free for the other pollers. (They run
+      // after this synchronous stretch, so they see the messages dispatched below.)
+      if (batch === null || batch.length < max) this.#wakePollers();
+      if (failure) {
         if (this.#receiveAbort.signal.aborted) break;
         failures++;
-        this.#lastReceiveError = errorMessage(error);
+        this.#lastReceiveError = errorMessage(failure.error);
         const delay = Math.min(30_000, 500 * 2 ** Math.min(failures - 1, 6));
         this.logger.error(
           { source: source.name, err: this.#lastReceiveError, retry_in_ms: delay },
@@ -251,26 +275,35 @@ export class Consumer<M extends RawMessage = RawMessage> {
         await sleep(delay, this.#receiveAbort.signal);
         continue;
       }
+      this.#lastReceiveAt = Date.now();
+      this.#lastReceiveError = undefined;
+      failures = 0;
       if (batch === null) {
         this.logger.info({ source: source.name }, 'source exhausted');
+        this.#exhausted = true;
         break;
       }
       for (const message of batch) this.#dispatch(source, message);
     }
-    if (this.#state === 'running') this.#state = 'stopping';
-    await this.#drain();
-    this.#state = 'stopped';
-    await this.#closeAll();
-    this.logger.info('consumer stopped');
+  }
+
+  #wakePollers(): void {
+    const waiters = this.#slotWaiters;
+    this.#slotWaiters = [];
+    for (const wake of waiters) wake();
+  }
+
+  #oldestReceive(): number | undefined {
+    let oldest: number | undefined;
+    for (const { since } of this.#receiving) if (oldest === undefined || since < oldest) oldest = since;
+    return oldest;
   }
 
   #dispatch(source: SourceAdapter<M>, message: M): void {
     this.#inFlight++;
     void this.#handle(source, message).finally(() => {
       this.#inFlight--;
-      const freed = this.#slotFreed;
-      this.#slotFreed = undefined;
-      freed?.();
+      this.#wakePollers();
       if (this.#inFlight === 0) this.#idle?.();
     });
   }

@@ -1,10 +1,12 @@
 import { readFileSync } from 'node:fs';
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import { MemorySource } from '../adapters/memory/index.js';
+import { type MemoryMessage, MemorySource } from '../adapters/memory/index.js';
+import type { SourceAdapter } from '../src/adapter.js';
 import { MemoryDedupeStore } from '../src/dedupe/memory.js';
 import type { DedupeStore } from '../src/dedupe/types.js';
 import { DeadLetterError, DedupeUnavailableError, RetryLaterError } from '../src/errors.js';
 import { silentLogger } from '../src/logger.js';
+import type { Outcome } from '../src/outcome.js';
 import { Pipeline, type PipelineSettings } from '../src/pipeline.js';
 import { Router } from '../src/router.js';
 import { Keyring } from '../src/secrets.js';
@@ -551,6 +553,87 @@ describe('consumer: dead letters, settling, shutdown', () => {
     await h.consumer.stopped;
     expect(peak).toBe(3);
     expect(h.reports.filter((r) => r.outcome.kind === 'ack')).toHaveLength(20);
+  });
+
+  describe('several receives at once, when the source allows it', () => {
+    /** A MemorySource behind a 30 ms round trip per receive (as SQS is), counting receives in flight. */
+    class RoundTripSource implements SourceAdapter<MemoryMessage> {
+      readonly name = 'round-trip';
+      readonly maxBatchSize = 2;
+      readonly inner = new MemorySource({ endWhenEmpty: true });
+      pending = 0;
+      peakPending = 0;
+      #serial: Promise<unknown> = Promise.resolve();
+      async receive(max: number, signal: AbortSignal) {
+        this.pending++;
+        this.peakPending = Math.max(this.peakPending, this.pending);
+        try {
+          await new Promise((r) => setTimeout(r, 30));
+          // MemorySource serves one receive at a time: queue the calls; the latency above overlaps.
+          const result = this.#serial.then(() => this.inner.receive(max, signal));
+          this.#serial = result.catch(() => undefined);
+          return await result;
+        } finally {
+          this.pending--;
+        }
+      }
+      settle(message: MemoryMessage, outcome: Outcome) {
+        return this.inner.settle(message, outcome);
+      }
+      close() {
+        return this.inner.close();
+      }
+    }
+
+    class ParallelRoundTripSource extends RoundTripSource {
+      readonly maxConcurrentReceives = 8;
+    }
+
+    async function drain(source: RoundTripSource, concurrency: number) {
+      let running = 0;
+      let peakRunning = 0;
+      const handled: string[] = [];
+      const consumer = createConsumer({
+        source,
+        concurrency,
+        secrets: [{ id: 'current', secret: TEST_SIGNING_SECRET }],
+        dedupe: new MemoryDedupeStore(),
+        deadLetter: { write: async () => undefined, close: async () => undefined },
+        logger: silentLogger(),
+      });
+      consumer.on('*', async (event) => {
+        running++;
+        peakRunning = Math.max(peakRunning, running);
+        await new Promise((r) => setTimeout(r, 5));
+        handled.push(event.event_id);
+        running--;
+      });
+      const ids: string[] = [];
+      for (let i = 0; i < 40; i++) {
+        const e = createTestEnvelope('daily.data.steps.created');
+        ids.push(e.eventId);
+        source.inner.send(e.raw);
+      }
+      await consumer.start();
+      await consumer.stopped;
+      return { handled, ids, peakRunning };
+    }
+
+    it('runs min(maxConcurrentReceives, concurrency / batch) receives at once, never past concurrency', async () => {
+      const source = new ParallelRoundTripSource();
+      // 7 slots: 4 receives of 2, 2, 2 and 1 (each asks only for slots nobody was promised).
+      const { handled, ids, peakRunning } = await drain(source, 7);
+      expect(source.peakPending).toBe(4); // ceil(7 slots / 2 per batch), under the source's 8
+      expect(peakRunning).toBeLessThanOrEqual(7);
+      expect(handled.sort()).toEqual(ids.sort()); // each once
+    });
+
+    it('one receive at a time for a source that does not say otherwise', async () => {
+      const source = new RoundTripSource();
+      const { handled, ids } = await drain(source, 8);
+      expect(source.peakPending).toBe(1);
+      expect(handled.sort()).toEqual(ids.sort());
+    });
   });
 
   it('runs many handlers at once without listener-leak warnings', async () => {

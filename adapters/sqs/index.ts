@@ -54,6 +54,7 @@ const CLOSE_GRACE_MS = 1000;
 export class SqsAdapter implements SourceAdapter<SqsMessage> {
   readonly name: string;
   readonly maxBatchSize: number;
+  readonly maxConcurrentReceives: number;
   /** One long poll: the sidecar's watchdog reports a receive hung well beyond this. */
   readonly maxReceiveWaitMs: number;
   readonly heartbeatIntervalMs: number;
@@ -83,6 +84,7 @@ export class SqsAdapter implements SourceAdapter<SqsMessage> {
     this.queueUrl = resolved.queueUrl;
     this.#queueName = queueNameOf(resolved.queueUrl);
     this.maxBatchSize = resolved.batchSize;
+    this.maxConcurrentReceives = resolved.maxConcurrentReceives;
     this.maxReceiveWaitMs = resolved.waitTimeSeconds * 1000;
     this.heartbeatIntervalMs = Math.round(resolved.heartbeatIntervalSeconds * 1000);
     this.#ownsClient = options.client === undefined;

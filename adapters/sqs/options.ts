@@ -34,6 +34,14 @@ export interface SqsAdapterOptions {
    */
   batchSize?: number;
   /**
+   * Most `ReceiveMessage` calls in flight at once. The consumer runs
+   * `min(this, ceil(concurrency / batchSize))` pollers, so that with a `concurrency` of several
+   * batches the slots are refilled without waiting a round trip per batch. 1–16. Each idle
+   * poller holds one long poll open (one request per `waitTimeSeconds`).
+   * @defaultValue `4`
+   */
+  maxConcurrentReceives?: number;
+  /**
    * Seconds a received message stays invisible to other consumers (set on every receive, so the
    * queue's own default does not matter) and what each heartbeat extends it to. 1–43200.
    * @defaultValue `30`
@@ -84,6 +92,7 @@ const schema = z
     deadLetterQueueUrl: z.string().refine(isHttpUrl, 'must be an http(s) SQS queue URL').optional(),
     waitTimeSeconds: z.number().int().min(0).max(20).default(20),
     batchSize: z.number().int().min(1).max(SQS_MAX_BATCH).default(SQS_MAX_BATCH),
+    maxConcurrentReceives: z.number().int().min(1).max(16).default(4),
     visibilityTimeoutSeconds: z.number().int().min(1).max(SQS_MAX_VISIBILITY_SECONDS).default(30),
     heartbeatIntervalSeconds: z.number().min(0.1).optional(),
     deleteBatchDelayMs: z.number().min(0).max(1000).default(5),
@@ -101,6 +110,7 @@ export interface ResolvedSqsOptions {
   readonly deadLetterQueueUrl: string | undefined;
   readonly waitTimeSeconds: number;
   readonly batchSize: number;
+  readonly maxConcurrentReceives: number;
   readonly visibilityTimeoutSeconds: number;
   readonly heartbeatIntervalSeconds: number;
   readonly deleteBatchDelayMs: number;
@@ -123,6 +133,7 @@ export function resolveSqsOptions(options: SqsAdapterOptions): ResolvedSqsOption
     deadLetterQueueUrl: o.deadLetterQueueUrl,
     waitTimeSeconds: o.waitTimeSeconds,
     batchSize: o.batchSize,
+    maxConcurrentReceives: o.maxConcurrentReceives,
     visibilityTimeoutSeconds: o.visibilityTimeoutSeconds,
     heartbeatIntervalSeconds: o.heartbeatIntervalSeconds ?? o.visibilityTimeoutSeconds / 3,
     deleteBatchDelayMs: o.deleteBatchDelayMs,
