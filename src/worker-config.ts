@@ -1,6 +1,9 @@
 import { readFileSync } from 'node:fs';
 import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
+import { eventHubsTuningSchema } from '../adapters/event-hubs/tuning.js';
+import { sqsTuningSchema } from '../adapters/sqs/options.js';
+import { storageQueueTuningSchema } from '../adapters/storage-queue/settings.js';
 import { consumerSettingsSchema } from './config.js';
 import { ConfigError } from './errors.js';
 
@@ -36,6 +39,12 @@ export const workerConfigSchema = consumerSettingsSchema
     tenant: z.string().min(1).default('default'),
     /** Event Hubs consumer group. */
     consumerGroup: z.string().min(1).default('$Default'),
+    /** SQS adapter options (docs/adapters/sqs.md), for an SQS source. */
+    sqs: sqsTuningSchema.prefault({}),
+    /** Storage Queue adapter options (docs/adapters/storage-queue.md), for a Storage Queue source. */
+    storageQueue: storageQueueTuningSchema.strict().prefault({}),
+    /** Event Hubs adapter options (docs/adapters/event-hubs.md), for an Event Hubs source. */
+    eventHubs: eventHubsTuningSchema.prefault({}),
     ops: z
       .strictObject({
         /** Port of /healthz, /readyz and /metrics; 0 picks a free one, -1 turns them off. */

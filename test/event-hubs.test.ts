@@ -39,7 +39,7 @@ interface Worker {
 
 /**
  * The server: our in-process AMQP broker, or with PARTNER_EVENTS_TEST_EVENTHUBS=emulator the
- * official Event Hubs emulator in Docker (see docs/testing.md).
+ * official Event Hubs emulator in Docker (see docs/adapters/event-hubs.md).
  */
 const SERVER = process.env.PARTNER_EVENTS_TEST_EVENTHUBS ?? 'broker';
 if (SERVER !== 'broker' && SERVER !== 'emulator') {

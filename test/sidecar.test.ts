@@ -5,6 +5,8 @@
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { ConfigError } from '../src/errors.js';
+import { silentLogger } from '../src/logger.js';
 import { createTestEnvelope, forgedEnvelope, TEST_SIGNING_SECRET } from '../src/testing.js';
 import { runCli, startApp, startCli } from './support/cli.js';
 import { tempDir } from './support/harness.js';
@@ -80,6 +82,63 @@ describe('sidecar configuration', () => {
     } finally {
       await app.close();
     }
+  });
+});
+
+describe('sidecar configuration of the queue adapters', () => {
+  afterEach(() => {
+    vi.unstubAllEnvs();
+  });
+
+  it('reads the sqs, storageQueue and eventHubs sections from file and environment into the adapters', async () => {
+    const { configFromEnv, resolveWorkerConfig } = await import('../src/worker-config.js');
+    const { openSource } = await import('../src/cli/sources.js');
+    const file = {
+      forward: 'http://127.0.0.1:9/events',
+      storageQueue: { numberOfMessages: 7, encoding: 'base64', requestTimeoutMs: 2500 },
+      eventHubs: { poisonHub: 'orders-poison', startPosition: 'latest' },
+    };
+    const env = configFromEnv({
+      PARTNER_EVENTS_SQS_BATCH_SIZE: '5',
+      PARTNER_EVENTS_SQS_MAX_CONCURRENT_RECEIVES: '2',
+      PARTNER_EVENTS_SQS_DEAD_LETTER_QUEUE_URL: 'http://127.0.0.1:9/000000000000/dlq',
+    });
+    const open = (source: string) =>
+      openSource(resolveWorkerConfig({ file: { ...file, source }, env }), silentLogger());
+
+    const sqs = await open('sqs:http://127.0.0.1:9/000000000000/orders');
+    expect(sqs).toMatchObject({ maxBatchSize: 5, maxConcurrentReceives: 2 });
+    await sqs.close();
+
+    vi.stubEnv('AZURE_STORAGE_CONNECTION_STRING', 'UseDevelopmentStorage=true');
+    const queue = await open('azure-storage-queue:orders');
+    expect(queue).toMatchObject({ maxBatchSize: 7 });
+    await queue.close();
+
+    vi.stubEnv(
+      'EVENTHUBS_CONNECTION_STRING',
+      'Endpoint=sb://127.0.0.1:9;SharedAccessKeyName=dev;SharedAccessKey=dev;UseDevelopmentEmulator=true',
+    );
+    vi.stubEnv('EVENTHUBS_CHECKPOINT_STORE', `sqlite:${join(dir.path, 'cp.db')}`);
+    const hub = await open('azure-event-hubs:orders');
+    expect(hub).toMatchObject({ poisonHubName: 'orders-poison' });
+    await hub.close();
+  });
+
+  it('names the section, the field and its environment variable when a value is wrong', async () => {
+    const { configFromEnv, resolveWorkerConfig } = await import('../src/worker-config.js');
+    const attempt = () =>
+      resolveWorkerConfig({
+        file: { source: 'file:x', forward: 'http://127.0.0.1:9/', storageQueue: { colour: 'blue' } },
+        env: configFromEnv({
+          PARTNER_EVENTS_SQS_BATCH_SIZE: '50',
+          PARTNER_EVENTS_EVENT_HUBS_START_POSITION: 'middle',
+        }),
+      });
+    expect(attempt).toThrow(ConfigError);
+    expect(attempt).toThrow(/sqs\.batchSize \(PARTNER_EVENTS_SQS_BATCH_SIZE\)/);
+    expect(attempt).toThrow(/eventHubs\.startPosition \(PARTNER_EVENTS_EVENT_HUBS_START_POSITION\)/);
+    expect(attempt).toThrow(/colour/);
   });
 });
 

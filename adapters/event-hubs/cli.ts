@@ -1,7 +1,9 @@
 import type { Checkpoint, CheckpointStore, PartitionOwnership, TokenCredential } from '@azure/event-hubs';
 import type { Logger } from 'pino';
+import { definedOnly } from '../../src/defined.js';
 import { ConfigError } from '../../src/errors.js';
 import { DEFAULT_CHECKPOINT_PATH, EventHubsAdapter } from './adapter.js';
+import type { EventHubsTuning } from './tuning.js';
 
 export const CLI_SCHEME = 'azure-event-hubs:';
 /** A connection string (namespace or hub level). */
@@ -24,7 +26,7 @@ export const ENV_STORAGE_CONNECTION_STRING = 'AZURE_STORAGE_CONNECTION_STRING';
  */
 export function eventHubsSourceFromCli(
   spec: string,
-  options: { logger?: Logger; consumerGroup?: string } = {},
+  options: { logger?: Logger; consumerGroup?: string; tuning?: EventHubsTuning } = {},
   env: NodeJS.ProcessEnv = process.env,
 ): EventHubsAdapter {
   if (!spec.startsWith(CLI_SCHEME)) throw new ConfigError(`not an Event Hubs source: "${spec}"`);
@@ -43,7 +45,8 @@ export function eventHubsSourceFromCli(
     }
     credential = lazyDefaultCredential();
   }
-  const poisonHub = env[ENV_POISON_HUB];
+  const { poisonHub: configuredPoisonHub, ...tuning } = options.tuning ?? {};
+  const poisonHub = configuredPoisonHub ?? env[ENV_POISON_HUB];
   if (poisonHub && !/^[A-Za-z0-9][\w.-]*$/.test(poisonHub)) {
     throw new ConfigError(`${ENV_POISON_HUB}="${poisonHub}": expected an event hub name`);
   }
@@ -51,6 +54,7 @@ export function eventHubsSourceFromCli(
     ? { connectionString }
     : { fullyQualifiedNamespace: namespace as string, credential: credential as TokenCredential };
   return new EventHubsAdapter({
+    ...definedOnly(tuning),
     ...auth,
     eventHubName,
     checkpointStore: checkpointStoreFromEnv(env, () => (credential ??= lazyDefaultCredential())),

@@ -14,6 +14,7 @@ import {
 } from '@aws-sdk/client-sqs';
 import type { Logger } from 'pino';
 import type { SourceAdapter } from '../../src/adapter.js';
+import { definedOnly } from '../../src/defined.js';
 import { ConfigError } from '../../src/errors.js';
 import { silentLogger } from '../../src/logger.js';
 import type { Outcome } from '../../src/outcome.js';
@@ -27,6 +28,7 @@ import {
   resolveSqsOptions,
   SQS_MAX_VISIBILITY_SECONDS,
   type SqsAdapterOptions,
+  type SqsTuning,
 } from './options.js';
 import { withAttempts } from './retry.js';
 import { cliClientConfig, isSqsSpec, queueUrlOfSpec } from './url.js';
@@ -413,11 +415,15 @@ export function isSqsSourceSpec(spec: string): boolean {
  * The adapter for `partner-events run --source QUEUE_URL` (or `sqs:QUEUE_URL`). Everything else
  * comes from the SDK's standard configuration: credentials, `AWS_REGION`, `AWS_ENDPOINT_URL_SQS`.
  */
-export function sqsSourceFromCli(spec: string, options: { logger?: Logger } = {}): SqsAdapter {
+export function sqsSourceFromCli(
+  spec: string,
+  options: { logger?: Logger; tuning?: SqsTuning } = {},
+): SqsAdapter {
   const queueUrl = queueUrlOfSpec(spec);
   if (!queueUrl) throw new ConfigError('--source sqs: needs a queue URL');
   const clientConfig = cliClientConfig(queueUrl);
   return createSqsAdapter({
+    ...definedOnly(options.tuning ?? {}),
     queueUrl,
     ...(Object.keys(clientConfig).length > 0 ? { client: new SQSClient(clientConfig) } : {}),
     ...(options.logger ? { logger: options.logger } : {}),

@@ -86,17 +86,26 @@ export interface SqsAdapterOptions {
   logger?: Logger;
 }
 
-const schema = z
-  .strictObject({
+/**
+ * The options a config file may set (the sidecar's `sqs` section): all but the queue, the client,
+ * the name and the logger. Meanings as in `SqsAdapterOptions`.
+ */
+export const sqsTuningSchema = z.strictObject({
+  deadLetterQueueUrl: z.string().refine(isHttpUrl, 'must be an http(s) SQS queue URL').optional(),
+  waitTimeSeconds: z.number().int().min(0).max(20).default(20),
+  batchSize: z.number().int().min(1).max(SQS_MAX_BATCH).default(SQS_MAX_BATCH),
+  maxConcurrentReceives: z.number().int().min(1).max(16).default(4),
+  visibilityTimeoutSeconds: z.number().int().min(1).max(SQS_MAX_VISIBILITY_SECONDS).default(30),
+  heartbeatIntervalSeconds: z.number().min(0.1).optional(),
+  deleteBatchDelayMs: z.number().min(0).max(1000).default(5),
+  settleAttempts: z.number().int().min(1).max(10).default(3),
+});
+
+export type SqsTuning = z.input<typeof sqsTuningSchema>;
+
+const schema = sqsTuningSchema
+  .extend({
     queueUrl: z.string().refine(isHttpUrl, 'must be an http(s) SQS queue URL'),
-    deadLetterQueueUrl: z.string().refine(isHttpUrl, 'must be an http(s) SQS queue URL').optional(),
-    waitTimeSeconds: z.number().int().min(0).max(20).default(20),
-    batchSize: z.number().int().min(1).max(SQS_MAX_BATCH).default(SQS_MAX_BATCH),
-    maxConcurrentReceives: z.number().int().min(1).max(16).default(4),
-    visibilityTimeoutSeconds: z.number().int().min(1).max(SQS_MAX_VISIBILITY_SECONDS).default(30),
-    heartbeatIntervalSeconds: z.number().min(0.1).optional(),
-    deleteBatchDelayMs: z.number().min(0).max(1000).default(5),
-    settleAttempts: z.number().int().min(1).max(10).default(3),
     name: z.string().min(1).optional(),
   })
   .refine(

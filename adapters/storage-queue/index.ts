@@ -355,15 +355,15 @@ export function isStorageQueueSpec(spec: string): boolean {
  */
 export function storageQueueSourceFromCli(
   spec: string,
-  options: { logger?: Logger } = {},
+  options: { logger?: Logger; tuning?: StorageQueueSettingsInput } = {},
 ): StorageQueueAdapter {
-  const logger = options.logger ? { logger: options.logger } : {};
+  const common = { ...options.tuning, ...(options.logger ? { logger: options.logger } : {}) };
   if (spec.startsWith(CLI_PREFIX)) {
     const queueName = spec.slice(CLI_PREFIX.length);
     if (!queueName) throw new ConfigError(`--source ${CLI_PREFIX}QUEUE_NAME needs a queue name`);
-    return new StorageQueueAdapter({ queueName, ...logger });
+    return new StorageQueueAdapter({ ...common, queueName });
   }
-  if (/^https?:\/\//i.test(spec)) return new StorageQueueAdapter({ queueUrl: spec, ...logger });
+  if (/^https?:\/\//i.test(spec)) return new StorageQueueAdapter({ ...common, queueUrl: spec });
   throw new ConfigError(
     `not a Storage Queue source: use ${CLI_PREFIX}QUEUE_NAME (with ${CONNECTION_STRING_ENV}) or https://ACCOUNT.queue.core.windows.net/QUEUE`,
   );

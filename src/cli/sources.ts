@@ -39,21 +39,25 @@ export async function openSource(config: WorkerConfig, logger: Logger): Promise<
   }
   if (isSqsSpec(spec)) {
     const adapter = await importAdapter('@aws-sdk/client-sqs', () => import('../../adapters/sqs/index.js'));
-    return adapter.sqsSourceFromCli(spec, { logger });
+    return adapter.sqsSourceFromCli(spec, { logger, tuning: config.sqs });
   }
   if (spec.startsWith('azure-event-hubs:')) {
     const adapter = await importAdapter(
       '@azure/event-hubs',
       () => import('../../adapters/event-hubs/index.js'),
     );
-    return adapter.eventHubsSourceFromCli(spec, { logger, consumerGroup: config.consumerGroup });
+    return adapter.eventHubsSourceFromCli(spec, {
+      logger,
+      consumerGroup: config.consumerGroup,
+      tuning: config.eventHubs,
+    });
   }
   if (spec.startsWith('azure-storage-queue:') || /^https:\/\/[^/?]+\.queue\.core\./.test(spec)) {
     const adapter = await importAdapter(
       '@azure/storage-queue',
       () => import('../../adapters/storage-queue/index.js'),
     );
-    return adapter.storageQueueSourceFromCli(spec, { logger });
+    return adapter.storageQueueSourceFromCli(spec, { logger, tuning: config.storageQueue });
   }
   if (spec.startsWith('http://')) {
     const url = new URL(spec);
