@@ -12,7 +12,7 @@
 import { join } from 'node:path';
 import type { SQSClient } from '@aws-sdk/client-sqs';
 import { QueueServiceClient } from '@azure/storage-queue';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { createSqsAdapter } from '../../adapters/sqs/index.js';
 import { StorageQueueAdapter } from '../../adapters/storage-queue/index.js';
 import type { RawMessage, SourceAdapter } from '../../src/adapter.js';
@@ -21,10 +21,10 @@ import { sqliteDedupe } from '../../src/dedupe/sqlite.js';
 import type { DedupeStore } from '../../src/dedupe/types.js';
 import { createLogger } from '../../src/logger.js';
 import { createConsumer, type SettledReport } from '../../src/worker.js';
-import { createQueue, type FauxqsServer, fauxqsClient, startFauxqs } from '../support/fauxqs.js';
-import { tempDir } from '../support/harness.js';
+import { Azurite } from '../support/azurite.js';
+import { createQueue, fauxqsClient } from '../support/fauxqs.js';
 import { HAS_REDIS, RedisServer } from '../support/redis-server.js';
-import { AzuriteQueue } from './support/azurite.js';
+import { fauxqsPerFile } from './support/fauxqs-per-file.js';
 import { ObservedSource } from './support/observed-source.js';
 import { FULL, randomInt, report, rng, SIZES, seedFor, timeout } from './support/profile.js';
 import {
@@ -59,20 +59,8 @@ const SPAN_MS = DOWN_MS * 2.5;
 const GRACE_MS = 100;
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, Math.max(0, ms)));
 
-let fauxqs: FauxqsServer;
-let direct: SQSClient;
-let dir: ReturnType<typeof tempDir>;
-
-beforeAll(async () => {
-  fauxqs = await startFauxqs();
-  direct = fauxqsClient(fauxqs.endpoint);
-  dir = tempDir('phe-outage-');
-});
-afterAll(async () => {
-  direct?.destroy();
-  await fauxqs?.close();
-  dir?.cleanup();
-});
+/** fauxqs for the SQS-fed scenarios; its `client` is the direct one (never behind a fault). */
+const sqs = fauxqsPerFile('phe-outage-');
 
 /** What the handlers and the consumer did, with times. */
 class Run {
@@ -148,6 +136,34 @@ function producer(send: (batch: string[]) => Promise<void>, bodies: readonly str
   return state;
 }
 
+/** What a figure line says the outage was about. */
+interface Labels {
+  readonly dependency: string;
+  readonly queue: string;
+  readonly dedupe?: string;
+}
+
+/** One scenario's labels, secret, recorder and files, all named after it (its seed too). */
+interface Scenario {
+  readonly name: string;
+  readonly labels: Labels;
+  readonly secret: string;
+  readonly run: Run;
+  readonly deadLetterPath: string;
+  readonly sqlitePath: string;
+}
+
+function scenario(name: string, labels: Labels): Scenario {
+  return {
+    name,
+    labels,
+    secret: suiteSecret(`outage-${name}`),
+    run: new Run(seedFor(`outage-${name}`)),
+    deadLetterPath: join(sqs.dir, `${name}-dead.jsonl`),
+    sqlitePath: join(sqs.dir, `${name}-dedupe.db`),
+  };
+}
+
 interface OutageFigures {
   readonly events: number;
   readonly outage_ms: number;
@@ -160,14 +176,125 @@ interface OutageFigures {
   readonly drain_ms: number;
 }
 
-function scanOutputs(secret: string, run: Run, deadLetterPath: string): SecretScan {
-  const scan = new SecretScan([secret]);
-  scan.scan('consumer logs', run.logLines.join(''));
-  for (const { report } of run.reports) {
+/** When the dependency went, was noticed gone, came back, was first used again, and all was handled. */
+interface OutageTimes {
+  readonly downAt: number;
+  readonly detectedAt: number | undefined;
+  readonly upAt: number;
+  readonly recoveredAt: number | undefined;
+  readonly drainedAt: number;
+}
+
+/**
+ * The figures every outage reports (labels first, then the accounting, the scenario's own, and
+ * the times), so each scenario only states what is particular to it.
+ */
+function outageFigures<Own extends Record<string, unknown>>(
+  s: Scenario,
+  ids: readonly string[],
+  times: OutageTimes,
+  own: Own,
+): OutageFigures & Own {
+  const { run } = s;
+  return {
+    ...s.labels,
+    events: EVENTS,
+    outage_ms: times.upAt - times.downAt,
+    handled: ids.filter((id) => run.runs.has(id)).length,
+    lost: ids.filter((id) => !run.runs.has(id)).length,
+    repeated_runs: run.repeats,
+    dead_letters: run.dead(),
+    ...own,
+    detected_ms: times.detectedAt === undefined ? null : times.detectedAt - times.downAt,
+    recovery_ms: times.recoveredAt === undefined ? null : times.recoveredAt - times.upAt,
+    drain_ms: times.drainedAt - times.upAt,
+  };
+}
+
+/** Scans what the scenario wrote for its secret and prints its figure line with the scan's. */
+function reportOutage(s: Scenario, figures: OutageFigures): SecretScan {
+  const scan = new SecretScan([s.secret]);
+  scan.scan('consumer logs', s.run.logLines.join(''));
+  for (const { report } of s.run.reports) {
     if (report.outcome.kind !== 'ack') scan.scan('outcome reasons', report.outcome.reason);
   }
-  scan.scanFile('dead letters', deadLetterPath);
+  scan.scanFile('dead letters', s.deadLetterPath);
+  report(`outage-${s.name}`, { ...figures, ...scan.figures });
   return scan;
+}
+
+/** What every outage must end with, whatever the dependency: nothing lost, dead-lettered, re-run or leaked. */
+function expectNothingLost(figures: OutageFigures, scan: SecretScan): void {
+  expect(figures.lost).toBe(0);
+  expect(figures.dead_letters).toBe(0);
+  expect(figures.repeated_runs).toBe(0);
+  expect(scan.hits).toEqual([]);
+}
+
+/** The SQS adapter of the SQS-fed scenarios, through `client` (direct, or behind the proxy). */
+function sqsSource(queueUrl: string, client: SQSClient, run: Run) {
+  return new ObservedSource(
+    createSqsAdapter({
+      queueUrl,
+      client,
+      waitTimeSeconds: 1,
+      visibilityTimeoutSeconds: VISIBILITY_SECONDS,
+      logger: run.logger,
+    }),
+  );
+}
+
+/**
+ * Publishes the scenario's events to SQS over SPAN_MS, directly (the publisher is never behind
+ * the fault); resolves once a quarter of them are out, when the outage starts.
+ */
+async function publishToSqs(s: Scenario, queueUrl: string) {
+  const ids = eventIds(`evt-outage-${s.name}`, EVENTS);
+  const bodies = ids.map((id) => envelopeFor(id, s.secret));
+  const production = producer((b) => sendToSqs(sqs.client, queueUrl, b), bodies, SPAN_MS);
+  await until(() => production.sent >= EVENTS / 4, { timeoutMs: 30_000 });
+  return { ids, production };
+}
+
+/**
+ * Takes a dependency away for DOWN_MS (from `stop` returning to `restart` being called), waiting
+ * meanwhile until the consumer shows it `detected` the fault (within `detectMs`).
+ */
+async function outage(fault: {
+  readonly stop: () => Promise<void>;
+  readonly detected: () => boolean;
+  readonly detectMs: number;
+  readonly restart: () => Promise<void>;
+}): Promise<{ downAt: number; detectedAt: number; upAt: number }> {
+  await fault.stop();
+  const downAt = Date.now();
+  await until(fault.detected, { timeoutMs: fault.detectMs });
+  const detectedAt = Date.now();
+  await sleep(downAt + DOWN_MS - Date.now());
+  await fault.restart();
+  return { downAt, detectedAt, upAt: Date.now() };
+}
+
+/**
+ * Waits until every event was handled (`check` throws a publisher's failure), then until the
+ * queue holds nothing (acks are batched); returns when the last event was handled.
+ */
+async function drain(
+  run: Run,
+  isEmpty: () => Promise<boolean>,
+  timeoutMs: number,
+  check?: () => void,
+): Promise<number> {
+  await until(
+    () => {
+      check?.();
+      return run.handled === EVENTS;
+    },
+    { timeoutMs, describe: () => `${run.handled} of ${EVENTS} handled` },
+  );
+  const drainedAt = Date.now();
+  await until(isEmpty, { timeoutMs: 30_000, intervalMs: 50 });
+  return drainedAt;
 }
 
 describe('outages: a dependency goes away mid-stream and comes back', () => {
@@ -175,60 +302,39 @@ describe('outages: a dependency goes away mid-stream and comes back', () => {
     `Redis dedupe store killed for ${DOWN_MS / 1000}s: no handler starts while it is down, nothing lost`,
     async () => {
       const redis = await RedisServer.start();
-      const secret = suiteSecret('outage-redis');
-      const run = new Run(seedFor('outage-redis'));
-      const queue = await createQueue(direct, 'outage-redis');
-      const source = new ObservedSource(
-        createSqsAdapter({
-          queueUrl: queue.url,
-          client: fauxqsClient(fauxqs.endpoint),
-          waitTimeSeconds: 1,
-          visibilityTimeoutSeconds: VISIBILITY_SECONDS,
-          logger: run.logger,
-        }),
-      );
+      const s = scenario('redis', {
+        dependency: 'redis dedupe (SIGKILL, restarted empty)',
+        queue: 'sqs (fauxqs)',
+      });
+      const { run } = s;
+      const queue = await createQueue(sqs.client, 'outage-redis');
+      const source = sqsSource(queue.url, fauxqsClient(sqs.endpoint), run);
       const store = new RedisDedupeStore({ url: redis.url, prefix: 'outage', logger: run.logger });
-      const deadLetterPath = join(dir.path, 'redis-dead.jsonl');
-      const consumer = consumerFor(source, store, secret, run, deadLetterPath);
+      const consumer = consumerFor(source, store, s);
       try {
         await consumer.start();
-        const ids = eventIds('evt-outage-redis', EVENTS);
-        const bodies = ids.map((id) => envelopeFor(id, secret));
-        const production = producer((b) => sendToSqs(direct, queue.url, b), bodies, SPAN_MS);
-        await until(() => production.sent >= EVENTS / 4, { timeoutMs: 30_000 });
+        const { ids, production } = await publishToSqs(s, queue.url);
 
-        await redis.pause();
-        const downAt = Date.now();
-        await until(() => !consumer.status.dedupeAvailable, { timeoutMs: DOWN_MS });
-        const detectedAt = Date.now();
-        await sleep(downAt + DOWN_MS - Date.now());
-        const statusWhileDown = consumer.status;
-        await redis.resume();
-        const upAt = Date.now();
+        let statusWhileDown = consumer.status;
+        const { downAt, detectedAt, upAt } = await outage({
+          stop: () => redis.pause(),
+          detected: () => !consumer.status.dedupeAvailable,
+          detectMs: DOWN_MS,
+          restart: async () => {
+            statusWhileDown = consumer.status;
+            await redis.resume();
+          },
+        });
 
         await production.done;
-        await until(() => run.handled === EVENTS, {
-          timeoutMs: timeout(30_000, 120_000),
-          describe: () => `${run.handled} of ${EVENTS} handled`,
-        });
-        const drainedAt = Date.now();
-        await until(() => sqsEmpty(direct, queue.url), { timeoutMs: 30_000, intervalMs: 50 });
+        const drainedAt = await drain(run, () => sqsEmpty(sqs.client, queue.url), timeout(30_000, 120_000));
         expect(consumer.status.dedupeAvailable).toBe(true);
         expect(consumer.status.state).toBe('running');
 
-        const firstStart = run.firstStartAfter(upAt);
-        const acksInWindow = source.between('settle-ok', downAt, upAt, 'ack').length;
-        const figures: OutageFigures & Record<string, unknown> = {
-          dependency: 'redis dedupe (SIGKILL, restarted empty)',
-          queue: 'sqs (fauxqs)',
-          events: EVENTS,
-          outage_ms: upAt - downAt,
-          handled: ids.filter((id) => run.runs.has(id)).length,
-          lost: ids.filter((id) => !run.runs.has(id)).length,
-          repeated_runs: run.repeats,
-          dead_letters: run.dead(),
+        const times = { downAt, detectedAt, upAt, recoveredAt: run.firstStartAfter(upAt), drainedAt };
+        const figures = outageFigures(s, ids, times, {
           handler_starts_while_down: run.startsBetween(downAt + GRACE_MS, upAt),
-          acks_while_down: acksInWindow,
+          acks_while_down: source.between('settle-ok', downAt, upAt, 'ack').length,
           acks_while_down_without_handler_before_outage: run.acksWithoutHandlerBefore(
             downAt + GRACE_MS,
             upAt,
@@ -236,21 +342,14 @@ describe('outages: a dependency goes away mid-stream and comes back', () => {
           retries_while_down: run.reports.filter(
             ({ t, report }) => t > downAt && t < upAt && report.outcome.kind === 'retry',
           ).length,
-          detected_ms: detectedAt - downAt,
-          recovery_ms: firstStart === undefined ? null : firstStart - upAt,
-          drain_ms: drainedAt - upAt,
-        };
-        const scan = scanOutputs(secret, run, deadLetterPath);
-        report('outage-redis', { ...figures, ...scan.figures });
+        });
+        const scan = reportOutage(s, figures);
 
         expect(statusWhileDown.dedupeAvailable).toBe(false);
         expect(figures.handler_starts_while_down).toBe(0);
         expect(figures.acks_while_down_without_handler_before_outage).toBe(0);
         expect(figures.acks_while_down).toBeLessThanOrEqual(CONCURRENCY);
-        expect(figures.lost).toBe(0);
-        expect(figures.dead_letters).toBe(0);
-        expect(figures.repeated_runs).toBe(0);
-        expect(scan.hits).toEqual([]);
+        expectNothingLost(figures, scan);
       } finally {
         await consumer.stop();
         await redis.stop();
@@ -262,61 +361,37 @@ describe('outages: a dependency goes away mid-stream and comes back', () => {
   it(
     `SQS endpoint unreachable for ${DOWN_MS / 1000}s: nothing acked while down, nothing lost, no handler re-run`,
     async () => {
-      const port = Number(new URL(fauxqs.endpoint).port);
+      const port = Number(new URL(sqs.endpoint).port);
       const proxy = await TcpProxy.start({ host: '127.0.0.1', port });
-      const secret = suiteSecret('outage-sqs');
-      const run = new Run(seedFor('outage-sqs'));
-      const queue = await createQueue(direct, 'outage-sqs');
+      const s = scenario('sqs', {
+        dependency: 'sqs endpoint (TCP reset, then refused; fauxqs keeps its state)',
+        queue: 'sqs (fauxqs)',
+        dedupe: 'sqlite',
+      });
+      const { run } = s;
+      const queue = await createQueue(sqs.client, 'outage-sqs');
       const viaProxy = fauxqsClient(proxy.url);
-      const source = new ObservedSource(
-        createSqsAdapter({
-          queueUrl: queue.url,
-          client: viaProxy,
-          waitTimeSeconds: 1,
-          visibilityTimeoutSeconds: VISIBILITY_SECONDS,
-          logger: run.logger,
-        }),
-      );
-      const deadLetterPath = join(dir.path, 'sqs-dead.jsonl');
-      const store = sqliteDedupe({ path: join(dir.path, 'sqs-dedupe.db') });
-      const consumer = consumerFor(source, store, secret, run, deadLetterPath);
+      const source = sqsSource(queue.url, viaProxy, run);
+      const consumer = consumerFor(source, sqliteDedupe({ path: s.sqlitePath }), s);
       try {
         await consumer.start();
-        const ids = eventIds('evt-outage-sqs', EVENTS);
-        const bodies = ids.map((id) => envelopeFor(id, secret));
-        // The publisher is not behind the partition: it keeps sending throughout.
-        const production = producer((b) => sendToSqs(direct, queue.url, b), bodies, SPAN_MS);
-        await until(() => production.sent >= EVENTS / 4, { timeoutMs: 30_000 });
+        const { ids, production } = await publishToSqs(s, queue.url);
 
-        await proxy.cut();
-        const downAt = Date.now();
-        await until(() => consumer.status.lastReceiveError !== undefined, { timeoutMs: DOWN_MS * 2 });
-        const detectedAt = Date.now();
-        await sleep(downAt + DOWN_MS - Date.now());
-        await proxy.restore();
-        const upAt = Date.now();
+        const { downAt, detectedAt, upAt } = await outage({
+          stop: () => proxy.cut(),
+          detected: () => consumer.status.lastReceiveError !== undefined,
+          detectMs: DOWN_MS * 2,
+          restart: () => proxy.restore(),
+        });
 
         await production.done;
-        await until(() => run.handled === EVENTS, {
-          timeoutMs: timeout(30_000, 120_000),
-          describe: () => `${run.handled} of ${EVENTS} handled`,
-        });
-        const drainedAt = Date.now();
-        await until(() => sqsEmpty(direct, queue.url), { timeoutMs: 30_000, intervalMs: 50 });
+        const drainedAt = await drain(run, () => sqsEmpty(sqs.client, queue.url), timeout(30_000, 120_000));
         expect(consumer.status.lastReceiveError).toBeUndefined();
         expect(consumer.status.state).toBe('running');
 
-        const recovered = source.firstAfter('receive-ok', upAt);
-        const figures: OutageFigures & Record<string, unknown> = {
-          dependency: 'sqs endpoint (TCP reset, then refused; fauxqs keeps its state)',
-          queue: 'sqs (fauxqs)',
-          dedupe: 'sqlite',
-          events: EVENTS,
-          outage_ms: upAt - downAt,
-          handled: ids.filter((id) => run.runs.has(id)).length,
-          lost: ids.filter((id) => !run.runs.has(id)).length,
-          repeated_runs: run.repeats,
-          dead_letters: run.dead(),
+        const recoveredAt = source.firstAfter('receive-ok', upAt)?.t;
+        const times = { downAt, detectedAt, upAt, recoveredAt, drainedAt };
+        const figures = outageFigures(s, ids, times, {
           acks_applied_while_down: source.between('settle-ok', downAt + GRACE_MS, upAt - 1, 'ack').length,
           acks_failed_while_down: source.between('settle-error', downAt, upAt, 'ack').length,
           receive_errors_while_down: source.between('receive-error', downAt, upAt).length,
@@ -324,19 +399,12 @@ describe('outages: a dependency goes away mid-stream and comes back', () => {
             ({ t, report }) =>
               t > upAt && report.outcome.kind === 'ack' && report.outcome.result === 'duplicate',
           ).length,
-          detected_ms: detectedAt - downAt,
-          recovery_ms: recovered ? recovered.t - upAt : null,
-          drain_ms: drainedAt - upAt,
-        };
-        const scan = scanOutputs(secret, run, deadLetterPath);
-        report('outage-sqs', { ...figures, ...scan.figures });
+        });
+        const scan = reportOutage(s, figures);
 
         expect(figures.acks_applied_while_down).toBe(0);
         expect(figures.receive_errors_while_down).toBeGreaterThan(0);
-        expect(figures.lost).toBe(0);
-        expect(figures.dead_letters).toBe(0);
-        expect(figures.repeated_runs).toBe(0);
-        expect(scan.hits).toEqual([]);
+        expectNothingLost(figures, scan);
       } finally {
         await consumer.stop();
         viaProxy.destroy();
@@ -349,9 +417,13 @@ describe('outages: a dependency goes away mid-stream and comes back', () => {
   it(
     `Storage Queue emulator stopped for ${DOWN_MS / 1000}s and restarted: nothing acked while down, nothing lost`,
     async () => {
-      const azurite = await AzuriteQueue.start({ persistent: true });
-      const secret = suiteSecret('outage-storage-queue');
-      const run = new Run(seedFor('outage-storage-queue'));
+      const azurite = await Azurite.start('queue', { persistent: true, withoutSweep: true });
+      const s = scenario('storage-queue', {
+        dependency: 'storage queue emulator (Azurite SIGTERM, restarted from disk on the same port)',
+        queue: 'storage-queue (azurite)',
+        dedupe: 'sqlite',
+      });
+      const { run } = s;
       const service = QueueServiceClient.fromConnectionString(azurite.connectionString);
       const queue = service.getQueueClient('outage');
       await queue.create();
@@ -359,7 +431,7 @@ describe('outages: a dependency goes away mid-stream and comes back', () => {
       // A stream with at most 200 waiting (Azurite slows down with depth); none sent while it is down.
       let down = false;
       const feeder = feed({
-        bodies: ids.map((id) => envelopeFor(id, secret)),
+        bodies: ids.map((id) => envelopeFor(id, s.secret)),
         backlog: 200,
         send: (batch) => sendToStorageQueue(queue, batch),
         handled: () => run.handled,
@@ -377,9 +449,7 @@ describe('outages: a dependency goes away mid-stream and comes back', () => {
           logger: run.logger,
         }),
       );
-      const deadLetterPath = join(dir.path, 'sq-dead.jsonl');
-      const store = sqliteDedupe({ path: join(dir.path, 'sq-dedupe.db') });
-      const consumer = consumerFor(source, store, secret, run, deadLetterPath);
+      const consumer = consumerFor(source, sqliteDedupe({ path: s.sqlitePath }), s);
       try {
         await consumer.start();
         await until(
@@ -400,50 +470,26 @@ describe('outages: a dependency goes away mid-stream and comes back', () => {
         const upAt = Date.now();
         down = false;
 
-        await until(
-          () => {
-            feeder.check();
-            return run.handled === EVENTS;
-          },
-          {
-            timeoutMs: timeout(60_000, 180_000),
-            describe: () => `${run.handled} of ${EVENTS} handled`,
-          },
+        const drainedAt = await drain(
+          run,
+          async () => (await storageQueueCount(queue)) === 0,
+          timeout(60_000, 180_000),
+          feeder.check,
         );
-        const drainedAt = Date.now();
-        await until(async () => (await storageQueueCount(queue)) === 0, {
-          timeoutMs: 30_000,
-          intervalMs: 50,
-        });
         expect(consumer.status.state).toBe('running');
 
-        const recovered = source.firstAfter('receive-ok', upAt);
-        const figures: OutageFigures & Record<string, unknown> = {
-          dependency: 'storage queue emulator (Azurite SIGTERM, restarted from disk on the same port)',
-          queue: 'storage-queue (azurite)',
-          dedupe: 'sqlite',
-          events: EVENTS,
-          outage_ms: upAt - downAt,
+        const recoveredAt = source.firstAfter('receive-ok', upAt)?.t;
+        const times = { downAt, detectedAt: undefined, upAt, recoveredAt, drainedAt };
+        const figures = outageFigures(s, ids, times, {
           handled_before_outage: handledAtDown,
-          handled: ids.filter((id) => run.runs.has(id)).length,
-          lost: ids.filter((id) => !run.runs.has(id)).length,
-          repeated_runs: run.repeats,
-          dead_letters: run.dead(),
           acks_applied_while_down: source.between('settle-ok', downAt + GRACE_MS, upAt - 1, 'ack').length,
           acks_failed: source.log.filter((o) => o.kind === 'settle-error').length,
           receive_errors_while_down: receiveErrorsWhileDown,
-          detected_ms: null,
-          recovery_ms: recovered ? recovered.t - upAt : null,
-          drain_ms: drainedAt - upAt,
-        };
-        const scan = scanOutputs(secret, run, deadLetterPath);
-        report('outage-storage-queue', { ...figures, ...scan.figures });
+        });
+        const scan = reportOutage(s, figures);
 
         expect(figures.acks_applied_while_down).toBe(0);
-        expect(figures.lost).toBe(0);
-        expect(figures.dead_letters).toBe(0);
-        expect(figures.repeated_runs).toBe(0);
-        expect(scan.hits).toEqual([]);
+        expectNothingLost(figures, scan);
       } finally {
         await feeder.stop();
         await consumer.stop();
@@ -454,23 +500,17 @@ describe('outages: a dependency goes away mid-stream and comes back', () => {
   );
 });
 
-function consumerFor<M extends RawMessage>(
-  source: SourceAdapter<M>,
-  dedupe: DedupeStore,
-  secret: string,
-  run: Run,
-  deadLetterPath: string,
-) {
+function consumerFor<M extends RawMessage>(source: SourceAdapter<M>, dedupe: DedupeStore, s: Scenario) {
   const consumer = createConsumer<M>({
     source,
-    secrets: [{ id: 'current', secret }],
+    secrets: [{ id: 'current', secret: s.secret }],
     dedupe,
-    deadLetter: deadLetterPath,
-    logger: run.logger,
+    deadLetter: s.deadLetterPath,
+    logger: s.run.logger,
     concurrency: CONCURRENCY,
     retry: RETRY,
-    onSettled: run.onSettled,
+    onSettled: s.run.onSettled,
   });
-  consumer.on('*', run.handler);
+  consumer.on('*', s.run.handler);
   return consumer;
 }

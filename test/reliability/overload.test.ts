@@ -11,14 +11,13 @@
  */
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import type { SQSClient } from '@aws-sdk/client-sqs';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { createSqsAdapter, type SqsMessage } from '../../adapters/sqs/index.js';
 import { MemoryDedupeStore } from '../../src/dedupe/memory.js';
 import { silentLogger } from '../../src/logger.js';
 import { createConsumer, type SettledReport } from '../../src/worker.js';
-import { createQueue, type FauxqsServer, fauxqsClient, startFauxqs } from '../support/fauxqs.js';
-import { tempDir } from '../support/harness.js';
+import { createQueue } from '../support/fauxqs.js';
+import { fauxqsPerFile } from './support/fauxqs-per-file.js';
 import { HandledLog, tail, WorkerProcess } from './support/processes.js';
 import { FULL, percentile, report, round, SIZES, seedFor, timeout } from './support/profile.js';
 import { envelopeFor, eventIds, sendToSqs, sqsEmpty, until } from './support/queues.js';
@@ -32,20 +31,7 @@ const PEAK_RSS_BOUND = 320 * 1024 * 1024;
 /** RSS may not grow by more than this between 10 % of the backlog and its end. */
 const GROWTH_BOUND = 64 * 1024 * 1024;
 
-let fauxqs: FauxqsServer;
-let client: SQSClient;
-let dir: ReturnType<typeof tempDir>;
-
-beforeAll(async () => {
-  fauxqs = await startFauxqs();
-  client = fauxqsClient(fauxqs.endpoint);
-  dir = tempDir('phe-overload-');
-});
-afterAll(async () => {
-  client?.destroy();
-  await fauxqs?.close();
-  dir?.cleanup();
-});
+const sqs = fauxqsPerFile('phe-overload-');
 
 interface Stat {
   readonly t: number;
@@ -63,13 +49,13 @@ describe('overload: a backlog ten minutes old', () => {
     `${events} backlogged SQS events through one worker: none stale, memory bounded, throughput steady`,
     async () => {
       const secret = suiteSecret('overload');
-      const queue = await createQueue(client, 'overload');
+      const queue = await createQueue(sqs.client, 'overload');
       const ids = eventIds('evt-overload', events);
       const filled = Date.now();
       // Built and sent in slices, so the test process never holds the whole backlog twice.
       for (let i = 0; i < ids.length; i += 5000) {
         await sendToSqs(
-          client,
+          sqs.client,
           queue.url,
           ids.slice(i, i + 5000).map((id) => envelopeFor(id, secret)),
         );
@@ -77,15 +63,15 @@ describe('overload: a backlog ten minutes old', () => {
       const fillMs = Date.now() - filled;
 
       const paths = {
-        handled: join(dir.path, 'handled.log'),
-        stats: join(dir.path, 'stats.jsonl'),
-        log: join(dir.path, 'worker.log'),
-        deadLetters: join(dir.path, 'dead.jsonl'),
+        handled: join(sqs.dir, 'handled.log'),
+        stats: join(sqs.dir, 'stats.jsonl'),
+        log: join(sqs.dir, 'worker.log'),
+        deadLetters: join(sqs.dir, 'dead.jsonl'),
       };
       const worker = await WorkerProcess.start(
         {
-          source: { kind: 'sqs', queueUrl: queue.url, endpoint: fauxqs.endpoint, visibilitySeconds: 30 },
-          dedupe: `sqlite:${join(dir.path, 'dedupe.db')}`,
+          source: { kind: 'sqs', queueUrl: queue.url, endpoint: sqs.endpoint, visibilitySeconds: 30 },
+          dedupe: `sqlite:${join(sqs.dir, 'dedupe.db')}`,
           handledPath: paths.handled,
           deadLetterPath: paths.deadLetters,
           concurrency: CONCURRENCY,
@@ -106,7 +92,7 @@ describe('overload: a backlog ten minutes old', () => {
           intervalMs: 100,
           describe: () => `${log.unique} of ${events} handled\n${tail(paths.log)}`,
         });
-        await until(() => sqsEmpty(client, queue.url), { timeoutMs: 30_000, intervalMs: 100 });
+        await until(() => sqsEmpty(sqs.client, queue.url), { timeoutMs: 30_000, intervalMs: 100 });
         const exit = await worker.stop();
         expect(exit.code, tail(paths.log)).toBe(0);
       } finally {
@@ -190,20 +176,20 @@ describe('overload: a backlog ten minutes old', () => {
 
   it('control: with strict age (the clock, not the enqueue time) the same backlog is stale', async () => {
     const secret = suiteSecret('overload-control');
-    const queue = await createQueue(client, 'overload-control');
+    const queue = await createQueue(sqs.client, 'overload-control');
     const ids = eventIds('evt-overload-control', 50);
     await sendToSqs(
-      client,
+      sqs.client,
       queue.url,
       ids.map((id) => envelopeFor(id, secret)),
     );
     const reports: SettledReport<SqsMessage>[] = [];
     const handled: string[] = [];
     const consumer = createConsumer<SqsMessage>({
-      source: createSqsAdapter({ queueUrl: queue.url, client, waitTimeSeconds: 1 }),
+      source: createSqsAdapter({ queueUrl: queue.url, client: sqs.client, waitTimeSeconds: 1 }),
       secrets: [{ id: 'current', secret }],
       dedupe: new MemoryDedupeStore(),
-      deadLetter: join(dir.path, 'control-dead.jsonl'),
+      deadLetter: join(sqs.dir, 'control-dead.jsonl'),
       logger: silentLogger(),
       strictAge: true,
       now: () => Date.now() + TEN_MINUTES,

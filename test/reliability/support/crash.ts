@@ -221,37 +221,42 @@ export async function runCrash(options: CrashOptions, env: CrashEnvironment): Pr
   let lastKillAt = started;
   let incarnation = 0;
   let current: WorkerProcess | undefined;
-  const start = async () => {
-    current = await WorkerProcess.start(
+  /**
+   * Starts the next incarnation and polls every `intervalMs` until `target` distinct events are
+   * handled (the crash loop and the last run watch a worker alike); notes its restart-to-first time.
+   */
+  const runUntil = async (target: number, intervalMs: number) => {
+    const worker = await WorkerProcess.start(
       { ...baseConfig, seed: options.seed + incarnation++ },
       { secret, logPath: paths.log },
     );
-    return current;
+    current = worker;
+    const linesAtStart = log.refresh().lines;
+    let firstSeen = false;
+    await until(
+      async () => {
+        log.refresh();
+        await stallCheck();
+        if (!firstSeen && log.lines > linesAtStart) {
+          firstSeen = true;
+          restartToFirst.push(Date.now() - worker.startedAt);
+        }
+        if (!worker.running) throw new Error(`worker ${worker.pid} exited by itself:\n${tail(paths.log)}`);
+        feeder.check();
+        return log.unique >= target;
+      },
+      {
+        timeoutMs: options.finishTimeoutMs,
+        intervalMs,
+        describe: () => diagnose(`${log.unique} of ${target} handled`),
+      },
+    );
+    return { worker, linesAtStart, firstSeen };
   };
 
   try {
     for (const threshold of thresholds) {
-      const worker = await start();
-      const linesAtStart = log.refresh().lines;
-      let firstSeen = false;
-      await until(
-        async () => {
-          log.refresh();
-          await stallCheck();
-          if (!firstSeen && log.lines > linesAtStart) {
-            firstSeen = true;
-            restartToFirst.push(Date.now() - worker.startedAt);
-          }
-          if (!worker.running) throw new Error(`worker ${worker.pid} exited by itself:\n${tail(paths.log)}`);
-          feeder.check();
-          return log.unique >= threshold;
-        },
-        {
-          timeoutMs: options.finishTimeoutMs,
-          intervalMs: 5,
-          describe: () => diagnose(`${log.unique} of ${threshold} handled`),
-        },
-      );
+      const { worker, linesAtStart, firstSeen } = await runUntil(threshold, 5);
       const jitter = randomInt(random, 0, 20);
       if (jitter > 0) await new Promise((resolve) => setTimeout(resolve, jitter));
       await worker.kill();
@@ -261,27 +266,7 @@ export async function runCrash(options: CrashOptions, env: CrashEnvironment): Pr
       killedAt.push(log.unique);
     }
 
-    const last = await start();
-    const linesAtStart = log.refresh().lines;
-    let firstSeen = false;
-    await until(
-      async () => {
-        log.refresh();
-        await stallCheck();
-        if (!firstSeen && log.lines > linesAtStart) {
-          firstSeen = true;
-          restartToFirst.push(Date.now() - last.startedAt);
-        }
-        if (!last.running) throw new Error(`worker ${last.pid} exited by itself:\n${tail(paths.log)}`);
-        feeder.check();
-        return log.unique >= expected.size;
-      },
-      {
-        timeoutMs: options.finishTimeoutMs,
-        intervalMs: 10,
-        describe: () => diagnose(`${log.unique} of ${expected.size} handled`),
-      },
-    );
+    const { worker: last } = await runUntil(expected.size, 10);
     const doneAt = Date.now();
     // Acks are batched after the handler: wait until the broker holds nothing any more.
     await until(isEmpty, { timeoutMs: 30_000, intervalMs: 50, describe: () => diagnose('queue not empty') });

@@ -40,6 +40,19 @@ function hmac(secret: string, signedAt: number, body: string): string {
     .digest('hex');
 }
 
+/** `text` as a JSON object (not null, not an array), else undefined: envelope and body must both be one. */
+function jsonObject(text: string): Record<string, unknown> | undefined {
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch {
+    return undefined;
+  }
+  return typeof value === 'object' && value !== null && !Array.isArray(value)
+    ? (value as Record<string, unknown>)
+    : undefined;
+}
+
 /** What the consumer must do with `raw` delivered with broker time `enqueuedAt`, at `NOW`. */
 export function oracle(raw: string | Uint8Array, enqueuedAt: number, keys: Keys): Expected {
   const fail = (code: string): Expected => ({ valid: false, code });
@@ -55,16 +68,9 @@ export function oracle(raw: string | Uint8Array, enqueuedAt: number, keys: Keys)
       return fail('MALFORMED_ENVELOPE');
     }
   }
-  let envelope: unknown;
-  try {
-    envelope = JSON.parse(text);
-  } catch {
-    return fail('MALFORMED_ENVELOPE');
-  }
-  if (typeof envelope !== 'object' || envelope === null || Array.isArray(envelope))
-    return fail('MALFORMED_ENVELOPE');
-  const own = (key: string): unknown =>
-    Object.hasOwn(envelope as object, key) ? (envelope as Record<string, unknown>)[key] : undefined;
+  const envelope = jsonObject(text);
+  if (envelope === undefined) return fail('MALFORMED_ENVELOPE');
+  const own = (key: string): unknown => (Object.hasOwn(envelope, key) ? envelope[key] : undefined);
   const eventId = own('event_id');
   const eventType = own('event_type');
   const signedAt = own('signed_at');
@@ -86,15 +92,9 @@ export function oracle(raw: string | Uint8Array, enqueuedAt: number, keys: Keys)
   ) {
     return fail('SIGNATURE_MISMATCH');
   }
-  let payload: unknown;
-  try {
-    payload = JSON.parse(body);
-  } catch {
-    return fail('BODY_NOT_JSON');
-  }
-  if (typeof payload !== 'object' || payload === null || Array.isArray(payload)) return fail('BODY_NOT_JSON');
-  const fields = payload as Record<string, unknown>;
-  if (fields.event_id !== eventId || fields.event_type !== eventType) return fail('ENVELOPE_MISMATCH');
+  const payload = jsonObject(body);
+  if (payload === undefined) return fail('BODY_NOT_JSON');
+  if (payload.event_id !== eventId || payload.event_type !== eventType) return fail('ENVELOPE_MISMATCH');
   if (isKnownEventType(eventType) && !eventSchemas[eventType].safeParse(payload).success) {
     return fail('SCHEMA_INVALID');
   }
