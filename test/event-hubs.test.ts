@@ -313,7 +313,7 @@ describe('Event Hubs adapter against the real SDK', () => {
         connectionString: own.connectionString(),
         // Retries that outlast the outage: the SDK reconnects by itself. (Once its retries are
         // spent it stops reading the partition until its ownership record expires, 60 s.)
-        clientOptions: { retryOptions: { maxRetries: 100, retryDelayInMs: 100, maxRetryDelayInMs: 100 } },
+        clientOptions: { retryOptions: { maxRetries: 1000, retryDelayInMs: 100, maxRetryDelayInMs: 100 } },
       });
       try {
         own.publish('0', createTestEnvelope('daily.data.steps.created').raw);
