@@ -288,6 +288,7 @@ export class Consumer<M extends RawMessage = RawMessage> {
   }
 
   #wakePollers(): void {
+    if (this.#slotWaiters.length === 0) return;
     const waiters = this.#slotWaiters;
     this.#slotWaiters = [];
     for (const wake of waiters) wake();
