@@ -51,9 +51,10 @@ export interface SourceAdapter<M extends RawMessage = RawMessage> {
    */
   readonly maxReceiveWaitMs?: number;
   /**
-   * How many `receive` calls may run at once. Default 1. A source whose receive is a network
-   * round trip (SQS) allows more, so that fetching keeps up when `concurrency` is several batches;
-   * the consumer runs `min(this, ceil(concurrency / maxBatchSize))` pollers.
+   * How many `receive` calls may run at once (`receive` must then be safe to call concurrently).
+   * Default 1. A source whose receive is a network round trip (SQS) allows more, so that fetching
+   * keeps up when `concurrency` is several batches; the consumer runs
+   * `min(this, ceil(concurrency / maxBatchSize))` pollers.
    */
   readonly maxConcurrentReceives?: number;
   /** False while the source knows it cannot reach its broker (readiness). Absent means unknown. */
