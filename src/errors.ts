@@ -129,3 +129,13 @@ export class DeadLetterError extends PartnerEventsError {
     this.name = 'DeadLetterError';
   }
 }
+
+/** The message of anything thrown, for logs (never its stack). */
+export function errorMessage(error: unknown): string {
+  // A refused connection to a host with several addresses is an AggregateError with no message.
+  if (error instanceof AggregateError && error.errors.length > 0) {
+    return error.errors.map(errorMessage).join('; ');
+  }
+  if (error instanceof Error) return error.message || error.name;
+  return String(error);
+}

@@ -4,6 +4,7 @@ import type { DedupeStore } from './dedupe/types.js';
 import {
   DeadLetterError,
   type ErrorCode,
+  errorMessage,
   isPartnerEventsError,
   RetryLaterError,
   VerificationError,
@@ -313,11 +314,6 @@ function handlerFailure(error: unknown): Fail {
     return { code: 'HANDLER_REQUESTED_DEAD_LETTER', reason: (error as Error).message };
   }
   return { code: 'HANDLER_FAILED', reason: `handler threw: ${errorMessage(error)}` };
-}
-
-export function errorMessage(error: unknown): string {
-  if (error instanceof Error) return error.message;
-  return String(error);
 }
 
 export type { UnknownEvent };

@@ -4,11 +4,11 @@ import { type ConsumerSettings, type ConsumerSettingsInput, parseSettings } from
 import { type DeadLetterSink, deadLetterRecord, JsonlDeadLetterSink } from './dead-letter.js';
 import { MemoryDedupeStore } from './dedupe/memory.js';
 import { type DedupeStore, PUBLISHER_RETRY_WINDOW_MS } from './dedupe/types.js';
-import { ConfigError, type ErrorCode, VERIFICATION_CODES } from './errors.js';
+import { ConfigError, type ErrorCode, errorMessage, VERIFICATION_CODES } from './errors.js';
 import type { UnknownEvent } from './events/schemas.js';
 import { createLogger } from './logger.js';
 import type { Outcome } from './outcome.js';
-import { errorMessage, Pipeline, type ProcessResult } from './pipeline.js';
+import { Pipeline, type ProcessResult } from './pipeline.js';
 import { type EventPattern, type EventsFor, type Handler, Router } from './router.js';
 import { Keyring, type SigningSecret, secretsFromEnv } from './secrets.js';
 

@@ -15,7 +15,7 @@ import {
 } from '@azure/event-hubs';
 import type { Logger } from 'pino';
 import type { RawMessage, SourceAdapter } from '../../src/adapter.js';
-import { AdapterError, ConfigError } from '../../src/errors.js';
+import { AdapterError, ConfigError, errorMessage } from '../../src/errors.js';
 import { createLogger } from '../../src/logger.js';
 import type { Outcome } from '../../src/outcome.js';
 import { Waker } from '../../src/wake.js';
@@ -307,7 +307,7 @@ export class EventHubsAdapter implements SourceAdapter<EventHubsMessage> {
     try {
       await this.#subscription?.close();
     } catch (error) {
-      this.#logger.warn({ err: errorText(error) }, 'closing the Event Hubs subscription failed');
+      this.#logger.warn({ err: errorMessage(error) }, 'closing the Event Hubs subscription failed');
     }
     // Partitions whose reader stopped without telling us.
     const lanes = [...this.#lanes.values()];
@@ -400,7 +400,7 @@ export class EventHubsAdapter implements SourceAdapter<EventHubsMessage> {
     const code = (error as { code?: unknown }).code;
     const fields = {
       partition_id: context.partitionId || undefined,
-      err: errorText(error),
+      err: errorMessage(error),
       ...(typeof code === 'string' ? { code } : {}),
     };
     // Another instance attached with the same owner level: load balancing moved the partition.
@@ -513,12 +513,4 @@ function positive(name: string, value: number | undefined, fallback: number): nu
   if (value === undefined) return fallback;
   if (!Number.isFinite(value) || value <= 0) throw new ConfigError(`${name} must be a positive number`);
   return value;
-}
-
-function errorText(error: unknown): string {
-  // A refused connection to a host with several addresses is an AggregateError with no message.
-  if (error instanceof AggregateError && error.errors.length > 0)
-    return error.errors.map(errorText).join('; ');
-  if (error instanceof Error) return error.message || error.name;
-  return String(error);
 }

@@ -1,5 +1,6 @@
 import type { PartitionContext, ReceivedEventData } from '@azure/event-hubs';
 import type { Logger } from 'pino';
+import { errorMessage } from '../../src/errors.js';
 
 /**
  * One owned partition: the events the SDK pushed and not yet settled, in order. At most one
@@ -139,7 +140,7 @@ export class PartitionLane<M extends object> {
           {
             partition_id: this.partitionId,
             sequence_number: event.sequenceNumber,
-            err: error instanceof Error ? error.message : String(error),
+            err: errorMessage(error),
           },
           'checkpoint write failed: will try again',
         );

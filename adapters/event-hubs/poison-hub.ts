@@ -1,6 +1,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { EventHubProducerClient, ReceivedEventData } from '@azure/event-hubs';
 import type { Logger } from 'pino';
+import { errorMessage } from '../../src/errors.js';
 
 /** `AmqpAnnotatedMessage` (from @azure/core-amqp, which partners do not install themselves). */
 type AmqpMessage = ReturnType<ReceivedEventData['getRawAmqpMessage']>;
@@ -67,7 +68,7 @@ export class PoisonHub {
             poison_hub: this.name,
             partition_id: info.partitionId,
             sequence_number: event.sequenceNumber,
-            err: error instanceof Error ? error.message : String(error),
+            err: errorMessage(error),
             retry_in_ms: delayMs,
           },
           'copy to the poison hub failed: the partition waits until it succeeds',

@@ -7,6 +7,7 @@
  * (printed with every figure line), so a run can be repeated: RELIABILITY_SEED=N npm run …
  */
 import { appendFileSync } from 'node:fs';
+import { prng } from '../../../src/cli/simulator.js';
 
 export const FULL = process.env.RELIABILITY_PROFILE === 'full';
 export const PROFILE: 'full' | 'small' = FULL ? 'full' : 'small';
@@ -32,17 +33,8 @@ export function timeout(smallMs: number, fullMs: number): number {
   return FULL ? fullMs : smallMs;
 }
 
-/** mulberry32: a small, fast, seedable PRNG (uniform in [0, 1)). */
-export function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4_294_967_296;
-  };
-}
+/** mulberry32, the simulator's seedable PRNG (uniform in [0, 1)): one implementation for both. */
+export const rng = prng;
 
 /** A seed derived from the run's seed and a label, so suites do not share one random stream. */
 export function seedFor(label: string): number {
