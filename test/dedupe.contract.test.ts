@@ -4,16 +4,16 @@
  * across processes, purge, closing).
  */
 import { type ChildProcessWithoutNullStreams, spawn } from 'node:child_process';
-import { mkdtempSync, rmSync, statSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import Database from 'better-sqlite3';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { MemoryDedupeStore } from '../src/dedupe/memory.js';
 import { SqliteDedupeStore } from '../src/dedupe/sqlite.js';
-import type { ClaimResult, DedupeStore } from '../src/dedupe/types.js';
+import { ABANDONED_CLAIM_MEMORY_MS, type ClaimResult, type DedupeStore } from '../src/dedupe/types.js';
 import { DedupeUnavailableError } from '../src/errors.js';
 
 const LEASE = 1_000;
@@ -191,6 +191,29 @@ function dedupeContract(name: string, factory: StoreFactory): void {
       expect(again).not.toBe(tk);
       expect(await store.complete('evt-1', tk, RETENTION)).toBe(false);
       expect(await store.peek('evt-1')).toBe('in_progress');
+    });
+
+    it('counts abandoned claims: a lease that expired without complete or release', async () => {
+      const abandoned = (r: ClaimResult) => (r.status === 'claimed' ? (r.abandoned ?? 0) : -1);
+      expect(abandoned(await store.claim('evt-1', LEASE))).toBe(0);
+      advance(LEASE); // the worker died: its lease ran out
+      expect(abandoned(await store.claim('evt-1', LEASE))).toBe(1);
+      advance(LEASE);
+      const third = await store.claim('evt-1', LEASE);
+      expect(abandoned(third)).toBe(2);
+      await store.release('evt-1', token(third)); // a failure the worker reported: not abandoned
+      expect(abandoned(await store.claim('evt-1', LEASE))).toBe(0);
+
+      const tk = token(await store.claim('evt-2', LEASE));
+      advance(LEASE - 1);
+      expect(await store.complete('evt-2', tk, RETENTION)).toBe(true);
+      advance(RETENTION);
+      expect(abandoned(await store.claim('evt-2', LEASE))).toBe(0); // done, then retention ended
+
+      // Remembered a day after the lease ended (the memory store sweeps, SQLite purges).
+      token(await store.claim('evt-3', LEASE));
+      advance(LEASE + ABANDONED_CLAIM_MEMORY_MS - 1);
+      expect(abandoned(await store.claim('evt-3', LEASE))).toBe(1);
     });
 
     it('forget deletes a done record only: the event is claimable again; leases and expired records stay', async () => {
@@ -396,6 +419,20 @@ describe('SqliteDedupeStore only', () => {
     expect(await second.complete('leased-1', leased, RETENTION)).toBe(true);
   });
 
+  it('a file from before claims were counted gets the column, and keeps its rows', async () => {
+    mkdirSync(dirname(path), { recursive: true });
+    const old = new Database(path);
+    old.exec(`CREATE TABLE dedupe (event_id TEXT PRIMARY KEY, done INTEGER NOT NULL,
+      token TEXT NOT NULL, expires_at INTEGER NOT NULL) WITHOUT ROWID`);
+    old.prepare('INSERT INTO dedupe VALUES (?, 1, ?, ?)').run('done-1', 't', T0 + RETENTION);
+    old.prepare('INSERT INTO dedupe VALUES (?, 0, ?, ?)').run('crashed-1', 't', T0 - 1);
+    old.close();
+    const store = openTracked();
+    expect(await store.claim('done-1', LEASE)).toEqual({ status: 'duplicate' });
+    const taken = await store.claim('crashed-1', LEASE);
+    expect(taken).toMatchObject({ status: 'claimed', abandoned: 1 });
+  });
+
   it('two stores on one file in one process: one claim wins, tokens are distinct', async () => {
     const a = openTracked();
     const b = openTracked();
@@ -430,17 +467,19 @@ describe('SqliteDedupeStore only', () => {
     expect(store.purgeExpired()).toBe(0);
 
     t += LEASE;
-    expect(store.purgeExpired()).toBe(10); // the abandoned leases
-    expect(count()).toBe(20);
+    // Abandoned leases no longer hold their event, but are remembered for a day (to count them).
+    expect(store.purgeExpired()).toBe(0);
     expect(await store.peek('evt-15')).toBe('absent');
     expect(await store.peek('evt-5')).toBe('done');
 
     t += RETENTION;
     expect(store.purgeExpired()).toBe(10); // the ended retention
-    expect(count()).toBe(10);
-    expect(store.purgeExpired()).toBe(0);
+    expect(count()).toBe(20);
     expect(await store.peek('evt-25')).toBe('in_progress');
     token(await store.claim('evt-5', LEASE));
+
+    t = T0 + LEASE + ABANDONED_CLAIM_MEMORY_MS;
+    expect(store.purgeExpired()).toBe(10); // the abandoned leases, a day after their lease ended
     // A purged lease's token is gone with its row.
     expect(await store.complete('evt-15', tokens[15] as string, RETENTION)).toBe(false);
   });
@@ -449,7 +488,7 @@ describe('SqliteDedupeStore only', () => {
     const store = openTracked();
     const n = 12_000;
     await Promise.all(Array.from({ length: n }, (_, i) => store.claim(`evt-${i}`, LEASE)));
-    t += LEASE;
+    t += LEASE + ABANDONED_CLAIM_MEMORY_MS;
     expect(store.purgeExpired()).toBe(n);
   });
 

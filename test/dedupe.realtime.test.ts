@@ -92,6 +92,24 @@ function realTimeContract(name: string, open: () => DedupeStore, skip = false): 
       expect((await store.claim(e, LEASE)).status).toBe('in_progress');
     });
 
+    it('counts abandoned claims (leases that ran out), and forgets them on complete or release', async () => {
+      const e = id();
+      const abandoned = (r: ClaimResult) => (r.status === 'claimed' ? (r.abandoned ?? 0) : -1);
+      expect(abandoned(await store.claim(e, 50))).toBe(0);
+      await new Promise((r) => setTimeout(r, 80));
+      const second = await store.claim(e, 50);
+      expect(abandoned(second)).toBe(1);
+      await new Promise((r) => setTimeout(r, 80));
+      const third = await store.claim(e, LEASE);
+      expect(abandoned(third)).toBe(2);
+      await store.release(e, tokenOf(third));
+      const fourth = await store.claim(e, LEASE);
+      expect(abandoned(fourth)).toBe(0);
+      expect(await store.complete(e, tokenOf(fourth), 60_000)).toBe(true);
+      expect(await store.forget?.(e)).toBe(true);
+      expect(abandoned(await store.claim(e, LEASE))).toBe(0);
+    });
+
     it('forget deletes a done record, never a live lease', async () => {
       const e = id();
       const t = tokenOf(await store.claim(e, LEASE));

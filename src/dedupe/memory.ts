@@ -1,10 +1,12 @@
 import { randomUUID } from 'node:crypto';
-import type { ClaimResult, DedupeState, DedupeStore } from './types.js';
+import { ABANDONED_CLAIM_MEMORY_MS, type ClaimResult, type DedupeState, type DedupeStore } from './types.js';
 
 interface Entry {
   done: boolean;
   token: string;
   expiresAt: number;
+  /** Claims since the entry was created or released; all but the current one were abandoned. */
+  claims: number;
 }
 
 export interface MemoryDedupeOptions {
@@ -35,8 +37,10 @@ export class MemoryDedupeStore implements DedupeStore {
         : { status: 'in_progress', retryAfterMs: entry.expiresAt - now };
     }
     const token = randomUUID();
-    this.#entries.set(eventId, { done: false, token, expiresAt: now + leaseMs });
-    return { status: 'claimed', token };
+    // An expired lease that was neither completed nor released was abandoned: keep counting.
+    const claims = entry && !entry.done ? entry.claims + 1 : 1;
+    this.#entries.set(eventId, { done: false, token, expiresAt: now + leaseMs, claims });
+    return { status: 'claimed', token, abandoned: claims - 1 };
   }
 
   async extend(eventId: string, token: string, leaseMs: number): Promise<boolean> {
@@ -84,7 +88,11 @@ export class MemoryDedupeStore implements DedupeStore {
   #sweep(now: number): void {
     if (now < this.#sweepAt) return;
     this.#sweepAt = now + 60_000;
-    for (const [id, entry] of this.#entries) if (entry.expiresAt <= now) this.#entries.delete(id);
+    for (const [id, entry] of this.#entries) {
+      // An abandoned claim is remembered a while longer, to count the next abandonment.
+      const until = entry.done ? entry.expiresAt : entry.expiresAt + ABANDONED_CLAIM_MEMORY_MS;
+      if (until <= now) this.#entries.delete(id);
+    }
   }
 }
 

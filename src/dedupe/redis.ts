@@ -3,7 +3,13 @@ import { Redis, type RedisOptions } from 'ioredis';
 import type { Logger } from 'pino';
 import { DedupeUnavailableError } from '../errors.js';
 import { createLogger } from '../logger.js';
-import { type ClaimResult, type DedupeState, type DedupeStore, PUBLISHER_RETRY_WINDOW_MS } from './types.js';
+import {
+  ABANDONED_CLAIM_MEMORY_MS,
+  type ClaimResult,
+  type DedupeState,
+  type DedupeStore,
+  PUBLISHER_RETRY_WINDOW_MS,
+} from './types.js';
 
 export interface RedisDedupeOptions {
   /** `redis://[user:password@]host:port[/db]` or `rediss://…` for TLS. Ignored when `client` is given. */
@@ -22,11 +28,17 @@ export interface RedisDedupeOptions {
 
 // Values: `c:<token>` while claimed (key expires with the lease), `d:<token>` once done (key
 // expires with the retention). Every script compares the owner token first, atomically.
+// KEYS[2] counts the claims since the event was first claimed or last released; complete and
+// release delete it, so every claim but the current one was abandoned (its lease ran out).
 const CLAIM = `
-if redis.call('SET', KEYS[1], 'c:' .. ARGV[1], 'NX', 'PX', ARGV[2]) then return {1, 0} end
+if redis.call('SET', KEYS[1], 'c:' .. ARGV[1], 'NX', 'PX', ARGV[2]) then
+  local n = redis.call('INCR', KEYS[2])
+  redis.call('PEXPIRE', KEYS[2], ARGV[3])
+  return {1, 0, n}
+end
 local v = redis.call('GET', KEYS[1])
-if string.sub(v, 1, 2) == 'd:' then return {2, 0} end
-return {3, redis.call('PTTL', KEYS[1])}`;
+if string.sub(v, 1, 2) == 'd:' then return {2, 0, 0} end
+return {3, redis.call('PTTL', KEYS[1]), 0}`;
 
 const EXTEND = `
 if redis.call('GET', KEYS[1]) == 'c:' .. ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
@@ -35,12 +47,16 @@ return 0`;
 const COMPLETE = `
 if redis.call('GET', KEYS[1]) == 'c:' .. ARGV[1] then
   redis.call('SET', KEYS[1], 'd:' .. ARGV[1], 'PX', ARGV[2])
+  redis.call('DEL', KEYS[2])
   return 1
 end
 return 0`;
 
 const RELEASE = `
-if redis.call('GET', KEYS[1]) == 'c:' .. ARGV[1] then return redis.call('DEL', KEYS[1]) end
+if redis.call('GET', KEYS[1]) == 'c:' .. ARGV[1] then
+  redis.call('DEL', KEYS[2])
+  return redis.call('DEL', KEYS[1])
+end
 return 0`;
 
 // Only a done record: a live lease belongs to a worker that is handling the event right now.
@@ -50,10 +66,16 @@ if v and string.sub(v, 1, 2) == 'd:' then return redis.call('DEL', KEYS[1]) end
 return 0`;
 
 interface DedupeCommands {
-  pheClaim(key: string, token: string, leaseMs: number): Promise<[number, number]>;
+  pheClaim(
+    key: string,
+    claimsKey: string,
+    token: string,
+    leaseMs: number,
+    memoryMs: number,
+  ): Promise<[number, number, number]>;
   pheExtend(key: string, token: string, leaseMs: number): Promise<number>;
-  pheComplete(key: string, token: string, retentionMs: number): Promise<number>;
-  pheRelease(key: string, token: string): Promise<number>;
+  pheComplete(key: string, claimsKey: string, token: string, retentionMs: number): Promise<number>;
+  pheRelease(key: string, claimsKey: string, token: string): Promise<number>;
   pheForget(key: string): Promise<number>;
 }
 
@@ -78,6 +100,7 @@ export class RedisDedupeStore implements DedupeStore {
   readonly #redis: Redis & DedupeCommands;
   readonly #ownsClient: boolean;
   readonly #prefix: string;
+  readonly #claimsPrefix: string;
   readonly #logger: Logger;
   readonly #tokenPrefix = `${randomBytes(6).toString('hex')}.`;
   #tokenSeq = 0;
@@ -93,13 +116,15 @@ export class RedisDedupeStore implements DedupeStore {
     this.#logger = options.logger ?? createLogger();
     this.#ownsClient = !options.client;
     const redis = options.client ?? new Redis(options.url as string, FAIL_FAST_OPTIONS);
-    redis.defineCommand('pheClaim', { numberOfKeys: 1, lua: CLAIM });
+    redis.defineCommand('pheClaim', { numberOfKeys: 2, lua: CLAIM });
     redis.defineCommand('pheExtend', { numberOfKeys: 1, lua: EXTEND });
-    redis.defineCommand('pheComplete', { numberOfKeys: 1, lua: COMPLETE });
-    redis.defineCommand('pheRelease', { numberOfKeys: 1, lua: RELEASE });
+    redis.defineCommand('pheComplete', { numberOfKeys: 2, lua: COMPLETE });
+    redis.defineCommand('pheRelease', { numberOfKeys: 2, lua: RELEASE });
     redis.defineCommand('pheForget', { numberOfKeys: 1, lua: FORGET });
     this.#redis = redis as Redis & DedupeCommands;
-    this.#prefix = `${options.prefix ?? 'partner-events'}:${options.tenant ?? 'default'}:dedupe:`;
+    const base = `${options.prefix ?? 'partner-events'}:${options.tenant ?? 'default'}`;
+    this.#prefix = `${base}:dedupe:`;
+    this.#claimsPrefix = `${base}:claims:`;
     // Until the first connection, calls wait for it (briefly); after that an outage fails fast.
     this.#firstReady = new Promise<void>((resolve) => redis.once('ready', () => resolve()));
     redis.on('error', (error: Error) => this.#down(error));
@@ -118,8 +143,16 @@ export class RedisDedupeStore implements DedupeStore {
 
   async claim(eventId: string, leaseMs: number): Promise<ClaimResult> {
     const token = this.#tokenPrefix + (++this.#tokenSeq).toString(36);
-    const [status, ttl] = await this.#call(() => this.#redis.pheClaim(this.#key(eventId), token, leaseMs));
-    if (status === 1) return { status: 'claimed', token };
+    const [status, ttl, claims] = await this.#call(() =>
+      this.#redis.pheClaim(
+        this.#key(eventId),
+        this.#claimsKey(eventId),
+        token,
+        leaseMs,
+        leaseMs + ABANDONED_CLAIM_MEMORY_MS,
+      ),
+    );
+    if (status === 1) return { status: 'claimed', token, abandoned: claims - 1 };
     if (status === 2) return { status: 'duplicate' };
     return { status: 'in_progress', retryAfterMs: Math.max(0, ttl) };
   }
@@ -129,11 +162,15 @@ export class RedisDedupeStore implements DedupeStore {
   }
 
   async complete(eventId: string, token: string, retentionMs: number): Promise<boolean> {
-    return (await this.#call(() => this.#redis.pheComplete(this.#key(eventId), token, retentionMs))) === 1;
+    return (
+      (await this.#call(() =>
+        this.#redis.pheComplete(this.#key(eventId), this.#claimsKey(eventId), token, retentionMs),
+      )) === 1
+    );
   }
 
   async release(eventId: string, token: string): Promise<void> {
-    await this.#call(() => this.#redis.pheRelease(this.#key(eventId), token));
+    await this.#call(() => this.#redis.pheRelease(this.#key(eventId), this.#claimsKey(eventId), token));
   }
 
   async forget(eventId: string): Promise<boolean> {
@@ -159,6 +196,10 @@ export class RedisDedupeStore implements DedupeStore {
 
   #key(eventId: string): string {
     return this.#prefix + eventId;
+  }
+
+  #claimsKey(eventId: string): string {
+    return this.#claimsPrefix + eventId;
   }
 
   async #call<T>(run: () => Promise<T>): Promise<T> {

@@ -2,7 +2,7 @@ import { mkdirSync } from 'node:fs';
 import { dirname } from 'node:path';
 import Database from 'better-sqlite3';
 import { DedupeUnavailableError } from '../errors.js';
-import type { ClaimResult, DedupeState, DedupeStore } from './types.js';
+import { ABANDONED_CLAIM_MEMORY_MS, type ClaimResult, type DedupeState, type DedupeStore } from './types.js';
 
 export interface SqliteDedupeOptions {
   /** Database file; created with its folder when missing. Several processes on one host may share it. */
@@ -62,20 +62,26 @@ export class SqliteDedupeStore implements DedupeStore {
           event_id   TEXT PRIMARY KEY,
           done       INTEGER NOT NULL,
           token      TEXT NOT NULL,
-          expires_at INTEGER NOT NULL
+          expires_at INTEGER NOT NULL,
+          claims     INTEGER NOT NULL DEFAULT 1
         ) WITHOUT ROWID;
         CREATE INDEX IF NOT EXISTS dedupe_expires_at ON dedupe (expires_at);
       `);
+      addClaimsColumn(this.#db);
     } catch (cause) {
       throw new DedupeUnavailableError(`cannot open SQLite dedupe store at ${options.path}`, { cause });
     }
     const db = this.#db;
     this.#stmt = {
-      claim: db.prepare(`
-        INSERT INTO dedupe (event_id, done, token, expires_at) VALUES (?, 0, ?, ?)
+      // A row that was not done when its lease expired was abandoned: count the claims since it
+      // was created or released (SET expressions read the row's old values).
+      claim: db.prepare<[string, string, number, number], { claims: number }>(`
+        INSERT INTO dedupe (event_id, done, token, expires_at, claims) VALUES (?, 0, ?, ?, 1)
         ON CONFLICT (event_id) DO UPDATE
-          SET done = 0, token = excluded.token, expires_at = excluded.expires_at
-          WHERE dedupe.expires_at <= ?`),
+          SET claims = CASE WHEN dedupe.done = 0 THEN dedupe.claims + 1 ELSE 1 END,
+              done = 0, token = excluded.token, expires_at = excluded.expires_at
+          WHERE dedupe.expires_at <= ?
+        RETURNING claims`),
       get: db.prepare<[string], { done: number; expires_at: number }>(
         'SELECT done, expires_at FROM dedupe WHERE event_id = ?',
       ),
@@ -85,9 +91,11 @@ export class SqliteDedupeStore implements DedupeStore {
       ),
       release: db.prepare('DELETE FROM dedupe WHERE event_id = ? AND token = ? AND done = 0'),
       forget: db.prepare('DELETE FROM dedupe WHERE event_id = ? AND done = 1 AND expires_at > ?'),
-      purge: db.prepare(
-        'DELETE FROM dedupe WHERE event_id IN (SELECT event_id FROM dedupe WHERE expires_at <= ? LIMIT ?)',
-      ),
+      // Done rows go when their retention ends; abandoned claims a day after their lease.
+      purge: db.prepare(`
+        DELETE FROM dedupe WHERE event_id IN (
+          SELECT event_id FROM dedupe
+          WHERE expires_at <= ? AND (done = 1 OR expires_at <= ?) LIMIT ?)`),
     };
     this.#runBatch = db.transaction((ops: PendingOp[], results: unknown[]) => {
       for (let i = 0; i < ops.length; i++) results[i] = (ops[i] as PendingOp).run();
@@ -100,9 +108,8 @@ export class SqliteDedupeStore implements DedupeStore {
     return this.#enqueue(() => {
       const now = this.#now();
       const token = this.#tokenPrefix + (++this.#tokenSeq).toString(36);
-      if (this.#stmt.claim.run(eventId, token, now + leaseMs, now).changes === 1) {
-        return { status: 'claimed', token };
-      }
+      const claimed = this.#stmt.claim.get(eventId, token, now + leaseMs, now);
+      if (claimed) return { status: 'claimed', token, abandoned: claimed.claims - 1 };
       const row = this.#stmt.get.get(eventId);
       if (!row) return { status: 'in_progress', retryAfterMs: 0 }; // purged between the two statements
       return row.done === 1
@@ -146,7 +153,8 @@ export class SqliteDedupeStore implements DedupeStore {
     let total = 0;
     try {
       for (;;) {
-        const { changes } = this.#stmt.purge.run(this.#now(), PURGE_BATCH);
+        const now = this.#now();
+        const { changes } = this.#stmt.purge.run(now, now - ABANDONED_CLAIM_MEMORY_MS, PURGE_BATCH);
         total += changes;
         if (changes < PURGE_BATCH) return total;
       }
@@ -193,4 +201,15 @@ export class SqliteDedupeStore implements DedupeStore {
 
 export function sqliteDedupe(options: SqliteDedupeOptions): SqliteDedupeStore {
   return new SqliteDedupeStore(options);
+}
+
+/** Files made before claims were counted get the column (once; another process may race us). */
+function addClaimsColumn(db: Database.Database): void {
+  const columns = db.prepare<[], { name: string }>('PRAGMA table_info(dedupe)').all();
+  if (columns.some((c) => c.name === 'claims')) return;
+  try {
+    db.exec('ALTER TABLE dedupe ADD COLUMN claims INTEGER NOT NULL DEFAULT 1');
+  } catch (error) {
+    if (!/duplicate column/i.test((error as Error).message)) throw error;
+  }
 }

@@ -10,7 +10,16 @@
  * was taken over cannot complete or release someone else's claim.
  */
 export type ClaimResult =
-  | { readonly status: 'claimed'; readonly token: string }
+  | {
+      readonly status: 'claimed';
+      readonly token: string;
+      /**
+       * Earlier claims of this event that ended without `complete` or `release`: their lease
+       * expired because the worker died or hung while handling it. A store that does not count
+       * them leaves this out (read as 0).
+       */
+      readonly abandoned?: number;
+    }
   | { readonly status: 'duplicate' }
   | { readonly status: 'in_progress'; readonly retryAfterMs: number };
 
@@ -37,6 +46,12 @@ export interface DedupeStore {
   readonly available?: boolean;
   close(): Promise<void>;
 }
+
+/**
+ * How long a store remembers a claim that was abandoned (its lease expired without complete or
+ * release), so that a handler that keeps killing its worker is noticed: 24 h.
+ */
+export const ABANDONED_CLAIM_MEMORY_MS = 24 * 60 * 60 * 1000;
 
 /** 7 days: well past the publisher's 48-hour retry window. */
 export const DEFAULT_RETENTION_MS = 7 * 24 * 60 * 60 * 1000;
