@@ -7,6 +7,9 @@ import { DEFAULT_MAX_AGE_SECONDS, DEFAULT_MAX_FUTURE_SKEW_SECONDS } from './veri
 
 const positiveInt = z.number().int().positive();
 
+/** Abandoned claims of one event before it is dead-lettered as HANDLER_ABANDONED. */
+export const DEFAULT_MAX_ABANDONED_CLAIMS = 3;
+
 /**
  * The consumer's tunable settings: one schema for the library and the CLI. Every field has a
  * default; `z.input` is what callers pass, `z.output` what the pipeline runs with.
@@ -35,6 +38,12 @@ export const consumerSettingsSchema = z.strictObject({
   leaseMs: positiveInt.min(100).default(DEFAULT_LEASE_MS),
   /** How long a handled event_id is remembered (the publisher retries for 48 h). */
   retentionMs: positiveInt.default(DEFAULT_RETENTION_MS),
+  /**
+   * An event whose earlier claims were abandoned this many times (the worker died or hung while
+   * handling it: the lease ran out without an outcome) is dead-lettered as HANDLER_ABANDONED
+   * without running its handlers again. 0 turns this off.
+   */
+  maxAbandonedClaims: z.number().int().nonnegative().default(DEFAULT_MAX_ABANDONED_CLAIMS),
   /** A handler running longer is aborted (its signal fires) and the message retried. */
   handlerTimeoutMs: positiveInt.default(60_000),
   /** Types outside the catalog with no `onUnknown` handler: ack with a warning, or dead-letter. */

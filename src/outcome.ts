@@ -38,6 +38,7 @@ const DEAD_AT_ONCE: ReadonlySet<ErrorCode> = new Set<ErrorCode>([
   'SCHEMA_INVALID',
   'UNKNOWN_EVENT_TYPE',
   'HANDLER_REQUESTED_DEAD_LETTER',
+  'HANDLER_ABANDONED',
 ]);
 
 /** Not failures of this message: never counted towards dead-lettering. */

@@ -1,5 +1,6 @@
 import type { Logger } from 'pino';
 import type { RawMessage } from './adapter.js';
+import { DEFAULT_MAX_ABANDONED_CLAIMS } from './config.js';
 import type { DedupeStore } from './dedupe/types.js';
 import {
   DeadLetterError,
@@ -28,6 +29,8 @@ export interface PipelineSettings {
   readonly retentionMs: number;
   readonly handlerTimeoutMs: number;
   readonly unknownEventTypes: 'ack' | 'dead-letter';
+  /** Default 3; 0 turns the check off (see the consumer setting). */
+  readonly maxAbandonedClaims?: number;
 }
 
 export interface PipelineDeps {
@@ -55,6 +58,8 @@ export interface ProcessResult {
 }
 
 type Fail = { code: ErrorCode; reason: string; delayMs?: number };
+/** A handler failure; `running` is the handler still going after a timeout or a lost lease. */
+type HandlerFail = Fail & { running?: PromiseLike<unknown> };
 
 /**
  * One message in, one outcome out; never throws. Order (DESIGN.md): envelope → age → HMAC →
@@ -158,6 +163,19 @@ export class Pipeline {
       );
     }
     const { token } = claim;
+    const abandoned = claim.abandoned ?? 0;
+    const maxAbandoned = s.maxAbandonedClaims ?? DEFAULT_MAX_ABANDONED_CLAIMS;
+    if (maxAbandoned > 0 && abandoned >= maxAbandoned) {
+      // Handling this event keeps killing (or hanging) the worker: stop feeding it to it.
+      await this.#release(verified.eventId, token);
+      return fail(
+        {
+          code: 'HANDLER_ABANDONED',
+          reason: `its handling was abandoned ${abandoned} times (the worker died or hung while handling it); handlers not run again`,
+        },
+        verified,
+      );
+    }
 
     const validation = validateEvent(eventType, verified.payload);
     if (!validation.ok) {
@@ -169,12 +187,17 @@ export class Pipeline {
     const failure = await this.#runHandlers(handlers, validation.event, verified, message, token, signal);
     handlerMs = performance.now() - handlersStarted;
     if (failure) {
-      // A timed-out or lease-lost handler may still be running: keep the claim until its lease
-      // expires so no second copy starts alongside it.
-      if (failure.code !== 'HANDLER_TIMEOUT' && failure.code !== 'LEASE_LOST') {
+      const { running, ...reported } = failure;
+      if (running) {
+        // A timed-out or lease-lost handler may still be running: keep the claim until it stops
+        // (at most until the lease runs out), so no second copy starts alongside it. Released
+        // then, the claim does not count as abandoned.
+        const release = () => this.#release(verified.eventId, token);
+        running.then(release, release);
+      } else {
         await this.#release(verified.eventId, token);
       }
-      return fail(failure, verified);
+      return fail(reported, verified);
     }
 
     try {
@@ -203,7 +226,7 @@ export class Pipeline {
     message: RawMessage,
     token: string,
     external: AbortSignal | undefined,
-  ): Promise<Fail | undefined> {
+  ): Promise<HandlerFail | undefined> {
     const s = this.#settings;
     if (this.#aborted || external?.aborted) return abortFailure(abortCodeOf(external?.reason), s);
     const run = new HandlerRun(verified.eventId, token, {
@@ -218,7 +241,11 @@ export class Pipeline {
     try {
       for (const handler of handlers) {
         const result = handler(event as never, context);
-        if (isPromiseLike(result)) await run.wait(result);
+        if (isPromiseLike(result)) {
+          await run.wait(result);
+          // Aborted while the handler's promise was pending: it may still be running.
+          if (run.abortCode) return { ...abortFailure(run.abortCode, s), running: result };
+        }
         if (run.abortCode) return abortFailure(run.abortCode, s);
       }
       return undefined;

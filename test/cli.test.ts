@@ -377,6 +377,44 @@ export default {
     expect(result.stdout.match(/finished/g)).toHaveLength(1);
   });
 
+  it('a handler that kills the worker: after 3 abandoned claims the event is dead-lettered, the rest handled', async () => {
+    const [before, poison, after] = [
+      createTestEnvelope('daily.data.steps.created'),
+      createTestEnvelope('coach.nudge.created'),
+      createTestEnvelope('daily.data.sleep.created'),
+    ];
+    const file = writeJsonl('events.jsonl', [before.raw, poison.raw, after.raw]);
+    const handled = join(dir.path, 'handled.txt');
+    const handlers = join(dir.path, 'handlers.mjs');
+    // Out of memory, a native crash, process.exit: the worker dies without an outcome.
+    writeFileSync(
+      handlers,
+      `import { appendFileSync } from 'node:fs';
+export default {
+  '*': (event) => {
+    if (event.event_id === ${JSON.stringify(poison.eventId)}) process.exit(70);
+    appendFileSync(${JSON.stringify(handled)}, event.event_id + '\\n');
+  },
+};`,
+    );
+    const deadLetters = join(dir.path, 'dead.jsonl');
+    const args = ['run', '--source', `file:${file}`, '--handlers', handlers, '--concurrency', '1'];
+    args.push('--dedupe', `sqlite:${join(dir.path, 'dedupe.db')}`, '--dead-letter', deadLetters);
+    const codes: number[] = [];
+    // A supervisor restarting the worker (each restart comes after the 100 ms lease ran out).
+    while (codes.at(-1) !== 0 && codes.length < 6) {
+      codes.push((await runCli(args, { env: { PARTNER_EVENTS_LEASE_MS: '100' } })).code ?? -1);
+    }
+    expect(codes).toEqual([70, 70, 70, 0]);
+    const records = readFileSync(deadLetters, 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l));
+    expect(records).toHaveLength(1);
+    expect(records[0]).toMatchObject({ event_id: poison.eventId, code: 'HANDLER_ABANDONED' });
+    expect(readFileSync(handled, 'utf8').trim().split('\n')).toEqual([before.eventId, after.eventId]);
+  }, 60_000);
+
   it('exits 2 when the source file does not exist', async () => {
     const result = await runCli([
       'run',

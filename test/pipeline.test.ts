@@ -287,6 +287,72 @@ describe('dedupe is a lease, not a flag', () => {
   });
 });
 
+describe('a handler that keeps killing its worker (abandoned claims)', () => {
+  /** The event's claim taken and abandoned `times` times (each lease ran out, no outcome). */
+  async function abandon(dedupe: MemoryDedupeStore, eventId: string, times: number, clock: { t: number }) {
+    for (let i = 0; i < times; i++) {
+      await dedupe.claim(eventId, 1000);
+      clock.t += 1000;
+    }
+  }
+
+  it('dead-letters as HANDLER_ABANDONED after 3 abandoned claims, without running the handler again', async () => {
+    const clock = { t: Date.now() };
+    const dedupe = new MemoryDedupeStore({ now: () => clock.t });
+    const event = createTestEnvelope('daily.data.steps.created');
+    await abandon(dedupe, event.eventId, 3, clock);
+    const handler = vi.fn();
+    const { pipeline: p } = pipeline(new Router().on('*', handler), { dedupe });
+    const result = await p.process(message(event.raw, 4, clock.t));
+    expect(result.outcome).toMatchObject({ kind: 'dead', code: 'HANDLER_ABANDONED' });
+    expect(result.outcome.kind === 'dead' && result.outcome.reason).toMatch(/abandoned 3 times/);
+    expect(handler).not.toHaveBeenCalled();
+    expect(await dedupe.peek(event.eventId)).toBe('absent'); // released: a replay may claim it
+  });
+
+  it('runs the handler below the limit, and not at all with maxAbandonedClaims 0', async () => {
+    const clock = { t: Date.now() };
+    const dedupe = new MemoryDedupeStore({ now: () => clock.t });
+    const [twice, often] = [
+      createTestEnvelope('daily.data.steps.created'),
+      createTestEnvelope('coach.nudge.created'),
+    ];
+    await abandon(dedupe, twice.eventId, 2, clock);
+    await abandon(dedupe, often.eventId, 5, clock);
+    const handler = vi.fn();
+    const limited = pipeline(new Router().on('*', handler), { dedupe });
+    expect((await limited.pipeline.process(message(twice.raw, 3, clock.t))).outcome).toEqual({
+      kind: 'ack',
+      result: 'handled',
+    });
+    const unlimited = pipeline(new Router().on('*', handler), {
+      dedupe,
+      settings: { maxAbandonedClaims: 0 },
+    });
+    expect((await unlimited.pipeline.process(message(often.raw, 6, clock.t))).outcome).toEqual({
+      kind: 'ack',
+      result: 'handled',
+    });
+    expect(handler).toHaveBeenCalledTimes(2);
+  });
+
+  it('a timed-out handler keeps the claim until it stops, then releases it (not counted as abandoned)', async () => {
+    const dedupe = new MemoryDedupeStore();
+    let finish!: () => void;
+    const { pipeline: p } = pipeline(
+      new Router().on('*', () => new Promise<void>((resolve) => (finish = resolve))),
+      { dedupe, settings: { handlerTimeoutMs: 50 } },
+    );
+    const event = createTestEnvelope('daily.data.steps.created');
+    const result = await p.process(message(event.raw));
+    expect(result.outcome).toMatchObject({ kind: 'retry', code: 'HANDLER_TIMEOUT' });
+    expect(await dedupe.peek(event.eventId)).toBe('in_progress'); // it may still be running
+    finish();
+    await vi.waitFor(async () => expect(await dedupe.peek(event.eventId)).toBe('absent'));
+    expect(await dedupe.claim(event.eventId, 1000)).toMatchObject({ status: 'claimed', abandoned: 0 });
+  });
+});
+
 describe('secret rotation judged at the enqueue time', () => {
   const keyring = (notAfter: number) =>
     new Keyring([

@@ -165,6 +165,9 @@ export async function runCrash(options: CrashOptions, env: CrashEnvironment): Pr
     statsIntervalMs: 1000,
     concurrency: options.concurrency,
     leaseMs: LEASE_MS,
+    // Every kill abandons the claims in flight, on purpose; an event caught by three kills
+    // would be dead-lettered as HANDLER_ABANDONED (tested in test/cli.test.ts), not handled.
+    maxAbandonedClaims: 0,
     handlerDelayMs: [0, 4],
     // A forgery is retried twice (SIGNATURE_MISMATCH may be a rotation lag), then dead-lettered.
     // IN_PROGRESS retries, the only ones valid events see, never count towards it.

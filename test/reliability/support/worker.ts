@@ -36,6 +36,8 @@ export interface WorkerConfig {
   readonly deadLetterPath: string;
   readonly concurrency: number;
   readonly leaseMs: number;
+  /** The consumer's setting; unset: its default. */
+  readonly maxAbandonedClaims?: number;
   /** Handler time, uniform in [min, max] ms. */
   readonly handlerDelayMs: readonly [number, number];
   /** Added to the consumer's clock (overload: the worker starts 10 minutes after the backlog). */
@@ -107,6 +109,7 @@ const consumer = createConsumer({
   logger,
   concurrency: config.concurrency,
   leaseMs: config.leaseMs,
+  ...(config.maxAbandonedClaims === undefined ? {} : { maxAbandonedClaims: config.maxAbandonedClaims }),
   retry: config.retry,
   ...(offset ? { now: () => Date.now() + offset } : {}),
 });
