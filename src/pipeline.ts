@@ -243,8 +243,11 @@ export class Pipeline {
         const result = handler(event as never, context);
         if (isPromiseLike(result)) {
           await run.wait(result);
-          // Aborted while the handler's promise was pending: it may still be running.
-          if (run.abortCode) return { ...abortFailure(run.abortCode, s), running: result };
+          // Timed out or lease lost while the handler's promise was pending: it may still be
+          // running. (At a shutdown the process is about to end: the claim is released at once.)
+          if (run.abortCode && run.abortCode !== 'SHUTDOWN') {
+            return { ...abortFailure(run.abortCode, s), running: result };
+          }
         }
         if (run.abortCode) return abortFailure(run.abortCode, s);
       }

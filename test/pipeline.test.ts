@@ -745,6 +745,7 @@ describe('consumer: dead letters, settling, shutdown', () => {
       return new Promise<void>(() => undefined);
     });
     const event = createTestEnvelope('daily.data.steps.created');
+    const release = vi.spyOn(h.dedupe, 'release');
     h.source.send(event.raw);
     await h.consumer.start();
     await vi.waitFor(() => expect(signal).toBeDefined());
@@ -753,6 +754,8 @@ describe('consumer: dead letters, settling, shutdown', () => {
     expect(h.source.settled.map((s) => s.outcome)).toEqual([
       { kind: 'retry', code: 'SHUTDOWN', reason: 'consumer stopped before the handler finished', delayMs: 0 },
     ]);
+    // Released at once, though the handler never ends: a shutdown does not abandon the claim.
+    expect(release).toHaveBeenCalledWith(event.eventId, expect.any(String));
   });
 
   it('heartbeats a slow message without overlapping beats, and aborts its handler when one fails', async () => {
