@@ -165,6 +165,13 @@ export class Pipeline {
     const { token } = claim;
     const abandoned = claim.abandoned ?? 0;
     const maxAbandoned = s.maxAbandonedClaims ?? DEFAULT_MAX_ABANDONED_CLAIMS;
+    if (abandoned > 0) {
+      // Each one is a worker that died or hung mid-event: worth an operator's eye before the limit.
+      this.#deps.logger.warn(
+        { event_id: verified.eventId, event_type: eventType, abandoned, limit: maxAbandoned },
+        'an earlier handling of this event was abandoned (its worker died or hung)',
+      );
+    }
     if (maxAbandoned > 0 && abandoned >= maxAbandoned) {
       // Handling this event keeps killing (or hanging) the worker: stop feeding it to it.
       await this.#release(verified.eventId, token);

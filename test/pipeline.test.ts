@@ -1,11 +1,12 @@
 import { readFileSync } from 'node:fs';
+import type { Logger } from 'pino';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { type MemoryMessage, MemorySource } from '../adapters/memory/index.js';
 import type { SourceAdapter } from '../src/adapter.js';
 import { MemoryDedupeStore } from '../src/dedupe/memory.js';
 import type { DedupeStore } from '../src/dedupe/types.js';
 import { DeadLetterError, DedupeUnavailableError, RetryLaterError } from '../src/errors.js';
-import { silentLogger } from '../src/logger.js';
+import { createLogger, silentLogger } from '../src/logger.js';
 import type { Outcome } from '../src/outcome.js';
 import { Pipeline, type PipelineSettings } from '../src/pipeline.js';
 import { Router } from '../src/router.js';
@@ -36,7 +37,12 @@ const SETTINGS: PipelineSettings = {
 
 function pipeline(
   router: Router,
-  options: { dedupe?: DedupeStore; settings?: Partial<PipelineSettings>; now?: () => number } = {},
+  options: {
+    dedupe?: DedupeStore;
+    settings?: Partial<PipelineSettings>;
+    now?: () => number;
+    logger?: Logger;
+  } = {},
 ) {
   const dedupe = options.dedupe ?? new MemoryDedupeStore(options.now ? { now: options.now } : {});
   const p = new Pipeline(
@@ -45,7 +51,7 @@ function pipeline(
       keyring: new Keyring([{ id: 'current', secret: TEST_SIGNING_SECRET }]),
       dedupe,
       router,
-      logger: silentLogger(),
+      logger: options.logger ?? silentLogger(),
       ...(options.now ? { now: options.now } : {}),
     },
   );
@@ -320,11 +326,17 @@ describe('a handler that keeps killing its worker (abandoned claims)', () => {
     await abandon(dedupe, twice.eventId, 2, clock);
     await abandon(dedupe, often.eventId, 5, clock);
     const handler = vi.fn();
-    const limited = pipeline(new Router().on('*', handler), { dedupe });
+    const lines: string[] = [];
+    const logger = createLogger({ level: 'warn' }, { write: (line: string) => void lines.push(line) });
+    const limited = pipeline(new Router().on('*', handler), { dedupe, logger });
     expect((await limited.pipeline.process(message(twice.raw, 3, clock.t))).outcome).toEqual({
       kind: 'ack',
       result: 'handled',
     });
+    // Each abandoned handling is logged before the limit is reached.
+    expect(lines.map((l) => JSON.parse(l))).toEqual([
+      expect.objectContaining({ event_id: twice.eventId, abandoned: 2, limit: 3 }),
+    ]);
     const unlimited = pipeline(new Router().on('*', handler), {
       dedupe,
       settings: { maxAbandonedClaims: 0 },
