@@ -14,7 +14,7 @@ import { createTestEnvelope } from '../src/testing.js';
 import { Azurite } from './support/azurite.js';
 import { runCli, startApp, startCli } from './support/cli.js';
 import { EventHubsBroker } from './support/event-hubs-broker.js';
-import { createQueue, fauxqsClient, startFauxqs } from './support/fauxqs.js';
+import { createQueue, fauxqsClient, fauxqsEnv, startFauxqs } from './support/fauxqs.js';
 import { tempDir } from './support/harness.js';
 
 let dir: ReturnType<typeof tempDir>;
@@ -77,12 +77,7 @@ describe('run --source sqs:QUEUE_URL', () => {
       const cli = startCli(
         ['run', '--source', `sqs:${queue.url}`, '--forward', app.url, '--dedupe', 'memory'],
         {
-          env: {
-            AWS_ENDPOINT_URL_SQS: fauxqs.endpoint,
-            AWS_REGION: 'us-east-1',
-            AWS_ACCESS_KEY_ID: 'test',
-            AWS_SECRET_ACCESS_KEY: 'test',
-          },
+          env: fauxqsEnv(fauxqs.endpoint),
         },
       );
       try {

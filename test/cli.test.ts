@@ -1,10 +1,10 @@
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import { deadLetterRecord } from '../src/dead-letter.js';
 import { createTestEnvelope, forgedEnvelope, staleEnvelope } from '../src/testing.js';
 import { runCli, startApp, startCli } from './support/cli.js';
 import { tempDir } from './support/harness.js';
+import { deadRecord, jsonLines, writeJsonl as writeRecords } from './support/records.js';
 
 let dir: ReturnType<typeof tempDir>;
 beforeEach(() => {
@@ -12,31 +12,9 @@ beforeEach(() => {
 });
 afterEach(() => dir.cleanup());
 
-function jsonLines(text: string): Record<string, unknown>[] {
-  return text
-    .trim()
-    .split('\n')
-    .filter((l) => l.startsWith('{'))
-    .map((l) => JSON.parse(l));
-}
-
+/** Writes a JSONL file into this test's temp dir. */
 function writeJsonl(name: string, lines: string[]): string {
-  const path = join(dir.path, name);
-  writeFileSync(path, `${lines.join('\n')}\n`);
-  return path;
-}
-
-/** A dead-letter record as the worker writes it (with the broker's enqueue time, when given). */
-function deadRecord(raw: string, enqueuedAt?: number): string {
-  const message = {
-    id: 'sqs-1',
-    body: raw,
-    attempt: 10,
-    ...(enqueuedAt === undefined ? {} : { enqueuedAt }),
-  };
-  return JSON.stringify(
-    deadLetterRecord(message, { code: 'HANDLER_FAILED', reason: 'app was down' }, 'sqs:q'),
-  );
+  return writeRecords(dir.path, name, lines);
 }
 
 describe('partner-events verify', () => {
@@ -101,7 +79,7 @@ describe('partner-events verify', () => {
   it('judges a dead-letter record’s age at its broker enqueue time (the clock with --strict-age)', async () => {
     const signedAt = Math.floor(Date.now() / 1000) - 7200;
     const event = createTestEnvelope('daily.data.steps.created', { signedAt });
-    const file = writeJsonl('dead.jsonl', [deadRecord(event.raw, signedAt * 1000 + 3000)]);
+    const file = writeJsonl('dead.jsonl', [deadRecord(event.raw, { enqueuedAt: signedAt * 1000 + 3000 })]);
     const asWorker = await runCli(['verify', file, '--json']);
     expect(jsonLines(asWorker.stdout)[0]).toMatchObject({ ok: true, event_id: event.eventId });
     const strict = await runCli(['verify', file, '--json', '--strict-age']);
@@ -277,7 +255,7 @@ describe('partner-events replay', () => {
       secret: 'the-old-signing-secret',
       signedAt,
     });
-    const file = writeJsonl('dead.jsonl', [deadRecord(event.raw, signedAt * 1000 + 1000)]);
+    const file = writeJsonl('dead.jsonl', [deadRecord(event.raw, { enqueuedAt: signedAt * 1000 + 1000 })]);
     const args = ['replay', file, '--dedupe', 'memory', '--secrets-file', secrets, '--json'];
     const dry = await runCli([...args, '--dry-run']);
     expect(jsonLines(dry.stdout)[0]).toMatchObject({ action: 'forward', key_id: 'old' });

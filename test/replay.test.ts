@@ -13,7 +13,7 @@ import { createTestEnvelope, forgedEnvelope } from '../src/testing.js';
 import { Azurite } from './support/azurite.js';
 import { runCli, startApp } from './support/cli.js';
 import { EventHubsBroker } from './support/event-hubs-broker.js';
-import { createQueue, type FauxqsServer, fauxqsClient, startFauxqs } from './support/fauxqs.js';
+import { createQueue, type FauxqsServer, fauxqsClient, fauxqsEnv, startFauxqs } from './support/fauxqs.js';
 import { tempDir } from './support/harness.js';
 import { deadRecord, jsonLines, writeJsonl } from './support/records.js';
 
@@ -212,12 +212,6 @@ describe('replay report, --force and --rate', () => {
 });
 
 describe('replay --to', () => {
-  const sqsEnv = (endpoint: string) => ({
-    AWS_ENDPOINT_URL_SQS: endpoint,
-    AWS_REGION: 'us-east-1',
-    AWS_ACCESS_KEY_ID: 'test',
-    AWS_SECRET_ACCESS_KEY: 'test',
-  });
   let fauxqs: FauxqsServer;
   beforeAll(async () => {
     fauxqs = await startFauxqs();
@@ -253,7 +247,7 @@ describe('replay --to', () => {
       ]);
       const to = `sqs:${queue.url}`;
       const result = await runCli(['replay', file, '--to', to, '--dedupe', dedupe, '--json'], {
-        env: sqsEnv(fauxqs.endpoint),
+        env: fauxqsEnv(fauxqs.endpoint),
       });
       expect(result.code).toBe(1); // the forgery
       expect(jsonLines(result.stdout).at(-1)).toMatchObject({
@@ -269,7 +263,7 @@ describe('replay --to', () => {
 
       const forced = await runCli(
         ['replay', file, '--to', to, '--dedupe', dedupe, '--json', '--force', '--event-id', done.eventId],
-        { env: sqsEnv(fauxqs.endpoint) },
+        { env: fauxqsEnv(fauxqs.endpoint) },
       );
       expect(forced.stderr).toContain('WARNING --force');
       expect(jsonLines(forced.stdout).at(-1)).toMatchObject({ injected: 1, forced: 1, filtered_out: 4 });
@@ -305,7 +299,7 @@ describe('replay --to', () => {
         deadLetter,
         '--json',
       ],
-      { env: sqsEnv(fauxqs.endpoint) },
+      { env: fauxqsEnv(fauxqs.endpoint) },
     );
     expect(result.code).toBe(1);
     expect(jsonLines(result.stdout).at(-1)).toMatchObject({

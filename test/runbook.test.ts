@@ -12,7 +12,7 @@ import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { SqliteDedupeStore } from '../src/dedupe/sqlite.js';
 import { createTestEnvelope, forgedEnvelope, TEST_SIGNING_SECRET } from '../src/testing.js';
 import { startApp, startCli } from './support/cli.js';
-import { createQueue, fauxqsClient, startFauxqs } from './support/fauxqs.js';
+import { createQueue, fauxqsClient, fauxqsEnv, startFauxqs } from './support/fauxqs.js';
 import { tempDir } from './support/harness.js';
 import { deadRecord, jsonLines } from './support/records.js';
 
@@ -158,13 +158,7 @@ describe.skipIf(!hasJq)('docs/replay-runbook.md, run as written', () => {
     const fauxqs = await startFauxqs();
     const client = fauxqsClient(fauxqs.endpoint);
     const app = await startApp();
-    const env = {
-      AWS_ENDPOINT_URL_SQS: fauxqs.endpoint,
-      AWS_REGION: 'us-east-1',
-      AWS_ACCESS_KEY_ID: 'test',
-      AWS_SECRET_ACCESS_KEY: 'test',
-      PARTNER_EVENTS_SIGNING_SECRET_PREVIOUS: ROTATED_SECRET,
-    };
+    const env = { ...fauxqsEnv(fauxqs.endpoint), PARTNER_EVENTS_SIGNING_SECRET_PREVIOUS: ROTATED_SECRET };
     const queue = await createQueue(client, 'runbook');
     const worker = startCli(
       [

@@ -3,7 +3,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { runCli, startApp, startCli } from './support/cli.js';
-import { createQueue, fauxqsClient, startFauxqs } from './support/fauxqs.js';
+import { createQueue, fauxqsClient, fauxqsEnv, startFauxqs } from './support/fauxqs.js';
 import { tempDir } from './support/harness.js';
 import { jsonLines } from './support/records.js';
 
@@ -28,12 +28,7 @@ describe('partner-events simulate', () => {
     const fauxqs = await startFauxqs();
     const client = fauxqsClient(fauxqs.endpoint);
     const app = await startApp();
-    const env = {
-      AWS_ENDPOINT_URL_SQS: fauxqs.endpoint,
-      AWS_REGION: 'us-east-1',
-      AWS_ACCESS_KEY_ID: 'test',
-      AWS_SECRET_ACCESS_KEY: 'test',
-    };
+    const env = fauxqsEnv(fauxqs.endpoint);
     try {
       const queue = await createQueue(client, 'simulate');
       const sim = await runCli(

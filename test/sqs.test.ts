@@ -5,7 +5,6 @@ import {
   type ChangeMessageVisibilityBatchRequestEntry,
   type DeleteMessageBatchCommandInput,
   type DeleteMessageBatchCommandOutput,
-  GetQueueAttributesCommand,
   ReceiveMessageCommand,
   SendMessageBatchCommand,
   type SQSClient,
@@ -25,7 +24,7 @@ import { ConfigError } from '../src/errors.js';
 import { silentLogger } from '../src/logger.js';
 import { createTestEnvelope, staleEnvelope, TEST_SIGNING_SECRET } from '../src/testing.js';
 import { type Consumer, type ConsumerOptions, createConsumer, type SettledReport } from '../src/worker.js';
-import { createQueue, type FauxqsServer, fauxqsClient, startFauxqs } from './support/fauxqs.js';
+import { createQueue, type FauxqsServer, fauxqsClient, sqsCounts, startFauxqs } from './support/fauxqs.js';
 import { tempDir } from './support/harness.js';
 
 let server: FauxqsServer;
@@ -142,25 +141,6 @@ async function send(client: SQSClient, queueUrl: string, bodies: readonly string
   return ids;
 }
 
-/** Visible / in flight / delayed message counts. */
-async function counts(client: SQSClient, queueUrl: string) {
-  const { Attributes = {} } = await client.send(
-    new GetQueueAttributesCommand({
-      QueueUrl: queueUrl,
-      AttributeNames: [
-        'ApproximateNumberOfMessages',
-        'ApproximateNumberOfMessagesNotVisible',
-        'ApproximateNumberOfMessagesDelayed',
-      ],
-    }),
-  );
-  return {
-    visible: Number(Attributes.ApproximateNumberOfMessages),
-    inFlight: Number(Attributes.ApproximateNumberOfMessagesNotVisible),
-    delayed: Number(Attributes.ApproximateNumberOfMessagesDelayed),
-  };
-}
-
 /** Everything visible on a queue right now, received by a bystander (who does not delete it). */
 async function peekAll(client: SQSClient, queueUrl: string, waitTimeSeconds = 0) {
   const { Messages = [] } = await client.send(
@@ -229,7 +209,7 @@ describe('SqsAdapter through the consumer (fauxqs)', () => {
     expect(first?.enqueuedAt).toBeGreaterThanOrEqual(sentBefore - 1000);
     expect(first?.enqueuedAt).toBeLessThanOrEqual(Date.now());
     await vi.waitFor(async () =>
-      expect(await counts(s.client, s.queueUrl)).toEqual({ visible: 0, inFlight: 0, delayed: 0 }),
+      expect(await sqsCounts(s.client, s.queueUrl)).toEqual({ visible: 0, inFlight: 0, delayed: 0 }),
     );
   });
 
@@ -251,7 +231,7 @@ describe('SqsAdapter through the consumer (fauxqs)', () => {
     expect((attempts[1]?.at ?? 0) - (attempts[0]?.at ?? 0)).toBeGreaterThanOrEqual(900);
     const retry = s.calls.find((c) => c.command === 'ChangeMessageVisibilityBatchCommand');
     expect(entriesOf(retry)).toEqual([expect.objectContaining({ VisibilityTimeout: 1 })]);
-    expect(await counts(s.client, s.queueUrl)).toEqual({ visible: 0, inFlight: 0, delayed: 0 });
+    expect(await sqsCounts(s.client, s.queueUrl)).toEqual({ visible: 0, inFlight: 0, delayed: 0 });
   });
 
   it('poison: dead-lettered to the file and the DLQ after N receives, then gone from the queue; malformed at once', async () => {
@@ -290,7 +270,7 @@ describe('SqsAdapter through the consumer (fauxqs)', () => {
       attempts: 1,
       raw: malformed,
     });
-    expect(await counts(s.client, s.queueUrl)).toEqual({ visible: 0, inFlight: 0, delayed: 0 });
+    expect(await sqsCounts(s.client, s.queueUrl)).toEqual({ visible: 0, inFlight: 0, delayed: 0 });
 
     const onDlq = await peekAll(client, dlq.url);
     expect(onDlq.map((m) => m.Body).sort()).toEqual([poison.raw, malformed].sort());
@@ -324,7 +304,7 @@ describe('SqsAdapter through the consumer (fauxqs)', () => {
     // Copies that arrived while the first was being handled were put back, not acked blindly.
     const others = s.reports.filter((r) => r.outcome.kind !== 'ack').map((r) => r.outcome);
     expect(others).toEqual(others.map(() => expect.objectContaining({ kind: 'retry', code: 'IN_PROGRESS' })));
-    expect(await counts(s.client, s.queueUrl)).toEqual({ visible: 0, inFlight: 0, delayed: 0 });
+    expect(await sqsCounts(s.client, s.queueUrl)).toEqual({ visible: 0, inFlight: 0, delayed: 0 });
   });
 
   it('a backlog older than 5 minutes is accepted (age = SentTimestamp − signed_at); an old envelope re-sent now is not', async () => {
@@ -375,7 +355,7 @@ describe('SqsAdapter through the consumer (fauxqs)', () => {
       expect(entriesOf(beat)).toEqual([expect.objectContaining({ VisibilityTimeout: 1 })]);
     }
     expect(handler).toHaveBeenCalledOnce();
-    expect(await counts(s.client, s.queueUrl)).toEqual({ visible: 0, inFlight: 0, delayed: 0 });
+    expect(await sqsCounts(s.client, s.queueUrl)).toEqual({ visible: 0, inFlight: 0, delayed: 0 });
   });
 
   it('when a heartbeat cannot extend the visibility, the handler is aborted and the message is not deleted', async () => {
@@ -465,7 +445,7 @@ describe('SqsAdapter through the consumer (fauxqs)', () => {
     expect(s.reports.filter((r) => r.outcome.kind === 'retry').map((r) => r.outcome)).toEqual(
       Array(3).fill(expect.objectContaining({ code: 'SHUTDOWN', delayMs: 0 })),
     );
-    expect(await counts(s.client, s.queueUrl)).toEqual({ visible: 3, inFlight: 0, delayed: 0 });
+    expect(await sqsCounts(s.client, s.queueUrl)).toEqual({ visible: 3, inFlight: 0, delayed: 0 });
     const left = await peekAll(s.client, s.queueUrl);
     expect(left.map((m) => m.Body).sort()).toEqual(stuck.map((e) => e.raw).sort());
   });
@@ -507,7 +487,7 @@ describe('SqsAdapter through the consumer (fauxqs)', () => {
     expect(entriesOf(deletes[0]).some((e) => e.ReceiptHandle === failedOnce)).toBe(false);
     expect(deletedHandles(s.calls).filter((h) => h === failedOnce)).toHaveLength(1);
     expect(new Set(deletedHandles(s.calls)).size).toBe(100);
-    expect(await counts(s.client, s.queueUrl)).toEqual({ visible: 0, inFlight: 0, delayed: 0 });
+    expect(await sqsCounts(s.client, s.queueUrl)).toEqual({ visible: 0, inFlight: 0, delayed: 0 });
   });
 
   it('FIFO: keeps the message group in the metadata and dead-letters to a FIFO DLQ', async () => {

@@ -7,7 +7,7 @@ import { Keyring } from '../src/secrets.js';
 import { TEST_SIGNING_SECRET } from '../src/testing.js';
 import { verifyMessage } from '../src/verify.js';
 import { runCli, startApp } from './support/cli.js';
-import { createQueue, fauxqsClient, startFauxqs } from './support/fauxqs.js';
+import { createQueue, fauxqsClient, fauxqsEnv, startFauxqs } from './support/fauxqs.js';
 import { tempDir } from './support/harness.js';
 import { jsonLines } from './support/records.js';
 
@@ -39,12 +39,7 @@ describe('partner-events trigger', () => {
           'nudge_id=n-42',
         ],
         {
-          env: {
-            AWS_ENDPOINT_URL_SQS: fauxqs.endpoint,
-            AWS_REGION: 'us-east-1',
-            AWS_ACCESS_KEY_ID: 'test',
-            AWS_SECRET_ACCESS_KEY: 'test',
-          },
+          env: fauxqsEnv(fauxqs.endpoint),
         },
       );
       expect(result.code).toBe(0);

@@ -1,5 +1,10 @@
 import type { AddressInfo } from 'node:net';
-import { CreateQueueCommand, SQSClient, type SQSClientConfig } from '@aws-sdk/client-sqs';
+import {
+  CreateQueueCommand,
+  GetQueueAttributesCommand,
+  SQSClient,
+  type SQSClientConfig,
+} from '@aws-sdk/client-sqs';
 import { buildApp } from 'fauxqs';
 
 export interface FauxqsServer {
@@ -37,6 +42,16 @@ export function fauxqsClient(endpoint: string, config: SQSClientConfig = {}): SQ
   });
 }
 
+/** The environment a CLI child needs to reach the emulator (the AWS SDK's standard variables). */
+export function fauxqsEnv(endpoint: string): NodeJS.ProcessEnv {
+  return {
+    AWS_ENDPOINT_URL_SQS: endpoint,
+    AWS_REGION: 'us-east-1',
+    AWS_ACCESS_KEY_ID: 'test',
+    AWS_SECRET_ACCESS_KEY: 'test',
+  };
+}
+
 let queueSeq = 0;
 
 /** A fresh queue (unique name per call; `.fifo` prefixes make FIFO queues). */
@@ -51,4 +66,26 @@ export async function createQueue(
   const { QueueUrl } = await client.send(new CreateQueueCommand({ QueueName: name, Attributes: attributes }));
   if (!QueueUrl) throw new Error(`fauxqs returned no URL for queue ${name}`);
   return { url: QueueUrl, name };
+}
+
+/** Visible / in flight / delayed message counts of a queue. */
+export async function sqsCounts(
+  client: SQSClient,
+  queueUrl: string,
+): Promise<{ visible: number; inFlight: number; delayed: number }> {
+  const { Attributes = {} } = await client.send(
+    new GetQueueAttributesCommand({
+      QueueUrl: queueUrl,
+      AttributeNames: [
+        'ApproximateNumberOfMessages',
+        'ApproximateNumberOfMessagesNotVisible',
+        'ApproximateNumberOfMessagesDelayed',
+      ],
+    }),
+  );
+  return {
+    visible: Number(Attributes.ApproximateNumberOfMessages ?? -1),
+    inFlight: Number(Attributes.ApproximateNumberOfMessagesNotVisible ?? -1),
+    delayed: Number(Attributes.ApproximateNumberOfMessagesDelayed ?? -1),
+  };
 }

@@ -18,7 +18,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { SQSClient } from '@aws-sdk/client-sqs';
 import type { QueueServiceClient } from '@azure/storage-queue';
-import { createQueue } from '../../support/fauxqs.js';
+import { createQueue, sqsCounts } from '../../support/fauxqs.js';
 import { HandledLog, tail, WorkerProcess } from './processes.js';
 import { FULL, percentile, randomInt, rng } from './profile.js';
 import {
@@ -27,7 +27,6 @@ import {
   feed,
   sendToSqs,
   sendToStorageQueue,
-  sqsCounts,
   storageQueueCount,
   until,
 } from './queues.js';

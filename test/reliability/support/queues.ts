@@ -2,9 +2,10 @@
  * Events for the reliability suites (signed with the suite's own secret) and the queue chores:
  * filling a queue, and asking whether it is empty (nothing visible, in flight or delayed).
  */
-import { GetQueueAttributesCommand, SendMessageBatchCommand, type SQSClient } from '@aws-sdk/client-sqs';
+import { SendMessageBatchCommand, type SQSClient } from '@aws-sdk/client-sqs';
 import type { QueueClient } from '@azure/storage-queue';
 import { createTestEnvelope } from '../../../src/testing.js';
+import { sqsCounts } from '../../support/fauxqs.js';
 
 export const EVENT_TYPE = 'daily.data.steps.created';
 
@@ -58,27 +59,6 @@ export async function sendToSqs(
     if ((out.Failed ?? []).length > 0)
       throw new Error(`SendMessageBatch failed: ${JSON.stringify(out.Failed)}`);
   });
-}
-
-export async function sqsCounts(
-  client: SQSClient,
-  queueUrl: string,
-): Promise<{ visible: number; inFlight: number; delayed: number }> {
-  const { Attributes = {} } = await client.send(
-    new GetQueueAttributesCommand({
-      QueueUrl: queueUrl,
-      AttributeNames: [
-        'ApproximateNumberOfMessages',
-        'ApproximateNumberOfMessagesNotVisible',
-        'ApproximateNumberOfMessagesDelayed',
-      ],
-    }),
-  );
-  return {
-    visible: Number(Attributes.ApproximateNumberOfMessages ?? -1),
-    inFlight: Number(Attributes.ApproximateNumberOfMessagesNotVisible ?? -1),
-    delayed: Number(Attributes.ApproximateNumberOfMessagesDelayed ?? -1),
-  };
 }
 
 export async function sqsEmpty(client: SQSClient, queueUrl: string): Promise<boolean> {
