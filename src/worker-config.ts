@@ -5,7 +5,7 @@ import { eventHubsTuningSchema } from '../adapters/event-hubs/tuning.js';
 import { sqsTuningSchema } from '../adapters/sqs/options.js';
 import { storageQueueTuningSchema } from '../adapters/storage-queue/settings.js';
 import { consumerSettingsSchema } from './config.js';
-import { ConfigError } from './errors.js';
+import { ConfigError, errorMessage } from './errors.js';
 
 const forwardSchema = z.strictObject({
   /** The app's endpoint; each verified body is POSTed here. */
@@ -137,7 +137,7 @@ export function configFromFile(path: string): Plain {
     doc = path.endsWith('.json') ? JSON.parse(text) : parseYaml(text);
   } catch (cause) {
     throw new ConfigError(
-      `config file ${path} is not valid ${path.endsWith('.json') ? 'JSON' : 'YAML'}: ${(cause as Error).message}`,
+      `config file ${path} is not valid ${path.endsWith('.json') ? 'JSON' : 'YAML'}: ${errorMessage(cause)}`,
     );
   }
   if (doc === null || doc === undefined) return {};

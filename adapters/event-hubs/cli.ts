@@ -3,7 +3,7 @@ import type { Logger } from 'pino';
 import { definedOnly } from '../../src/defined.js';
 import { ConfigError } from '../../src/errors.js';
 import { DEFAULT_CHECKPOINT_PATH, EventHubsAdapter } from './adapter.js';
-import type { EventHubsTuning } from './tuning.js';
+import { type EventHubsTuning, HUB_NAME } from './tuning.js';
 
 export const CLI_SCHEME = 'azure-event-hubs:';
 /** A connection string (namespace or hub level). */
@@ -31,7 +31,7 @@ export function eventHubsSourceFromCli(
 ): EventHubsAdapter {
   if (!spec.startsWith(CLI_SCHEME)) throw new ConfigError(`not an Event Hubs source: "${spec}"`);
   const eventHubName = spec.slice(CLI_SCHEME.length);
-  if (!/^[A-Za-z0-9][\w.-]*$/.test(eventHubName)) {
+  if (!HUB_NAME.test(eventHubName)) {
     throw new ConfigError(`--source ${spec}: expected ${CLI_SCHEME}HUB_NAME`);
   }
   const connectionString = env[ENV_CONNECTION_STRING];
@@ -47,7 +47,7 @@ export function eventHubsSourceFromCli(
   }
   const { poisonHub: configuredPoisonHub, ...tuning } = options.tuning ?? {};
   const poisonHub = configuredPoisonHub ?? env[ENV_POISON_HUB];
-  if (poisonHub && !/^[A-Za-z0-9][\w.-]*$/.test(poisonHub)) {
+  if (poisonHub && !HUB_NAME.test(poisonHub)) {
     throw new ConfigError(`${ENV_POISON_HUB}="${poisonHub}": expected an event hub name`);
   }
   const auth = connectionString

@@ -1,7 +1,8 @@
 import { EventHubProducerClient } from '@azure/event-hubs';
-import { AdapterError, ConfigError } from '../../src/errors.js';
+import { AdapterError, ConfigError, errorMessage } from '../../src/errors.js';
 import type { Delivery, OutgoingMessage, Target } from '../../src/target.js';
 import { CLI_SCHEME, ENV_CONNECTION_STRING } from './cli.js';
+import { HUB_NAME } from './tuning.js';
 
 /**
  * `--to azure-event-hubs:HUB` with `EVENTHUBS_CONNECTION_STRING`: one event per envelope, its body
@@ -10,7 +11,7 @@ import { CLI_SCHEME, ENV_CONNECTION_STRING } from './cli.js';
  */
 export function eventHubsTargetFromCli(spec: string, env: NodeJS.ProcessEnv = process.env): Target {
   const hub = spec.slice(CLI_SCHEME.length);
-  if (!spec.startsWith(CLI_SCHEME) || !/^[A-Za-z0-9][\w.-]*$/.test(hub)) {
+  if (!spec.startsWith(CLI_SCHEME) || !HUB_NAME.test(hub)) {
     throw new ConfigError(`--to ${spec}: expected ${CLI_SCHEME}HUB_NAME`);
   }
   const connectionString = env[ENV_CONNECTION_STRING];
@@ -20,7 +21,7 @@ export function eventHubsTargetFromCli(spec: string, env: NodeJS.ProcessEnv = pr
     producer = new EventHubProducerClient(connectionString, hub);
   } catch (cause) {
     // The SDK's message never echoes the connection string; ours must not either.
-    throw new ConfigError(`${ENV_CONNECTION_STRING} is not usable: ${(cause as Error).message}`, { cause });
+    throw new ConfigError(`${ENV_CONNECTION_STRING} is not usable: ${errorMessage(cause)}`, { cause });
   }
   const name = `event-hubs:${hub}`;
   return {
@@ -30,7 +31,7 @@ export function eventHubsTargetFromCli(spec: string, env: NodeJS.ProcessEnv = pr
       try {
         await producer.sendBatch([{ body }]);
       } catch (cause) {
-        throw new AdapterError(`sending to ${name} failed: ${(cause as Error).message}`, { cause });
+        throw new AdapterError(`sending to ${name} failed: ${errorMessage(cause)}`, { cause });
       }
       return { accepted: true, detail: 'sent' };
     },

@@ -15,7 +15,7 @@ import {
 import type { Logger } from 'pino';
 import type { SourceAdapter } from '../../src/adapter.js';
 import { definedOnly } from '../../src/defined.js';
-import { ConfigError } from '../../src/errors.js';
+import { ConfigError, errorMessage } from '../../src/errors.js';
 import { silentLogger } from '../../src/logger.js';
 import type { Outcome } from '../../src/outcome.js';
 import { Batcher, type EntryResults } from './batcher.js';
@@ -230,7 +230,7 @@ export class SqsAdapter implements SourceAdapter<SqsMessage> {
       // Visible already (its visibility ran out, or a heartbeat had failed): what a retry wants.
       if (!isNotInFlight(error)) throw error;
       this.#logger.debug(
-        { source: this.name, message_id: message.id, err: (error as Error).message },
+        { source: this.name, message_id: message.id, err: errorMessage(error) },
         'retry: message was no longer in flight',
       );
     }
@@ -277,7 +277,7 @@ export class SqsAdapter implements SourceAdapter<SqsMessage> {
       },
       (error, attempt) =>
         this.#logger.warn(
-          { source: this.name, err: (error as Error).message, attempt },
+          { source: this.name, err: errorMessage(error), attempt },
           'dead-letter queue send failed: retrying',
         ),
     );

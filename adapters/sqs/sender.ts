@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { SendMessageCommand, SQSClient } from '@aws-sdk/client-sqs';
-import { AdapterError, ConfigError } from '../../src/errors.js';
+import { AdapterError, ConfigError, errorMessage } from '../../src/errors.js';
 import type { Delivery, OutgoingMessage, Target } from '../../src/target.js';
 import { isFifoQueue, queueNameOf } from './options.js';
 import { cliClientConfig } from './url.js';
@@ -35,7 +35,7 @@ export function sqsTargetFromCli(spec: string): Target {
           }),
         );
       } catch (cause) {
-        throw new AdapterError(`SendMessage to ${name} failed: ${(cause as Error).message}`, { cause });
+        throw new AdapterError(`SendMessage to ${name} failed: ${errorMessage(cause)}`, { cause });
       }
       return { accepted: true, detail: 'sent' };
     },

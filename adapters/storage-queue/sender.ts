@@ -1,5 +1,5 @@
 import type { QueueClient } from '@azure/storage-queue';
-import { AdapterError, ConfigError } from '../../src/errors.js';
+import { AdapterError, ConfigError, errorMessage } from '../../src/errors.js';
 import type { Delivery, OutgoingMessage, Target } from '../../src/target.js';
 import { CONNECTION_STRING_ENV, resolveTarget, type StorageQueueTarget } from './target.js';
 
@@ -36,7 +36,7 @@ export function storageQueueTargetFromCli(spec: string): Target {
       try {
         await (await queue).sendMessage(text);
       } catch (cause) {
-        throw new AdapterError(`sendMessage to ${name} failed: ${(cause as Error).message}`, { cause });
+        throw new AdapterError(`sendMessage to ${name} failed: ${errorMessage(cause)}`, { cause });
       }
       return { accepted: true, detail: 'sent' };
     },

@@ -7,7 +7,7 @@ import {
   type StoragePipelineOptions,
   type StorageSharedKeyCredential,
 } from '@azure/storage-queue';
-import { ConfigError } from '../../src/errors.js';
+import { ConfigError, errorMessage } from '../../src/errors.js';
 
 /** An `@azure/identity` credential (or any `getToken` implementation), without importing its types. */
 export type TokenCredential = Exclude<
@@ -116,7 +116,7 @@ function fromConnectionString(connectionString: string, queueName: string): Queu
     return new QueueClient(connectionString, queueName, PIPELINE_OPTIONS);
   } catch (cause) {
     // The SDK's message is safe (it never echoes the string); never put the string itself in ours.
-    throw new ConfigError(`the Storage connection string is not usable: ${(cause as Error).message}`, {
+    throw new ConfigError(`the Storage connection string is not usable: ${errorMessage(cause)}`, {
       cause,
     });
   }

@@ -4,7 +4,7 @@ import type { Logger } from 'pino';
 import { MemoryDedupeStore } from '../dedupe/memory.js';
 import { sqliteDedupe } from '../dedupe/sqlite.js';
 import type { DedupeStore } from '../dedupe/types.js';
-import { ConfigError } from '../errors.js';
+import { ConfigError, errorMessage } from '../errors.js';
 import { Keyring, readSecretsFile, secretsFromEnv } from '../secrets.js';
 
 /** A mistake in how the command was called: exit code 2, with a hint. */
@@ -21,7 +21,7 @@ export function parse<const T extends NonNullable<ParseArgsConfig['options']>>(a
   try {
     return parseArgs({ args, options, allowPositionals: true, strict: true });
   } catch (error) {
-    throw new UsageError((error as Error).message);
+    throw new UsageError(errorMessage(error));
   }
 }
 
@@ -78,7 +78,7 @@ export function readInput(file: string): string {
   try {
     return readFileSync(file === '-' ? 0 : file, 'utf8');
   } catch (error) {
-    throw new UsageError(`cannot read ${file}: ${(error as Error).message}`);
+    throw new UsageError(`cannot read ${file}: ${errorMessage(error)}`);
   }
 }
 

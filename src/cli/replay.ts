@@ -6,6 +6,7 @@ import type { DedupeStore } from '../dedupe/types.js';
 import {
   DeadLetterError,
   type ErrorCode,
+  errorMessage,
   RetryLaterError,
   VERIFICATION_CODES,
   VerificationError,
@@ -373,7 +374,7 @@ async function dryRun(options: ReplayArgs, keyring: Keyring, dedupe: DedupeStore
       } catch (error) {
         counts.rejected++;
         const code = error instanceof VerificationError ? error.code : 'MALFORMED_ENVELOPE';
-        row = { event_id: null, event_type: null, action: 'reject', code, reason: (error as Error).message };
+        row = { event_id: null, event_type: null, action: 'reject', code, reason: errorMessage(error) };
       }
       await source.settle(message, { kind: 'ack', result: 'ignored' });
       const recorded = recordedCode(message) ?? null;

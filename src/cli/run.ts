@@ -2,7 +2,7 @@ import { resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import type { Logger } from 'pino';
 import { type ConsumerSettingsInput, consumerSettingsSchema } from '../config.js';
-import { ConfigError } from '../errors.js';
+import { ConfigError, errorMessage } from '../errors.js';
 import { createForwarder, describeUrl } from '../forward.js';
 import { createLogger } from '../logger.js';
 import { ConsumerMetrics } from '../metrics.js';
@@ -139,7 +139,7 @@ export async function runCommand(args: string[]): Promise<number> {
     } catch (cause) {
       await running.stop(); // closes the source and the dedupe store: nothing is left listening
       throw new ConfigError(
-        `cannot serve the ops endpoints on ${config.ops.host}:${config.ops.port}: ${(cause as Error).message}`,
+        `cannot serve the ops endpoints on ${config.ops.host}:${config.ops.port}: ${errorMessage(cause)}`,
         { cause },
       );
     }
@@ -173,7 +173,7 @@ function watchSecretsFor(keyring: Keyring, secretsFile: string | undefined, logg
       files: [secretsFile],
       onReload: (ids) => logger.info({ key_ids: ids }, 'signing secrets reloaded'),
       onError: (error) =>
-        logger.error({ err: (error as Error).message }, 'secrets reload failed: keeping the previous keys'),
+        logger.error({ err: errorMessage(error) }, 'secrets reload failed: keeping the previous keys'),
     });
   }
   // The environment of a running process cannot change; still, SIGHUP must not kill the worker.

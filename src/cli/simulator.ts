@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { errorMessage } from '../errors.js';
 import { sampleEvent } from '../events/samples.js';
 import type { EventType } from '../events/schemas.js';
 import type { Delivery, Target } from '../target.js';
@@ -172,7 +173,7 @@ export async function simulate(options: SimulationOptions): Promise<SimulationRe
       });
     } catch (error) {
       errors++;
-      delivery = { accepted: false, detail: `error: ${(error as Error).message}` };
+      delivery = { accepted: false, detail: `error: ${errorMessage(error)}` };
     }
     sent++;
     byKind[item.kind]++;

@@ -1,6 +1,6 @@
 import { appendFile } from 'node:fs/promises';
 import { isSqsSpec } from '../../adapters/sqs/url.js';
-import { AdapterError, ConfigError } from '../errors.js';
+import { AdapterError, ConfigError, errorMessage } from '../errors.js';
 import { describeUrl } from '../forward.js';
 import type { Target } from '../target.js';
 import { UsageError } from './common.js';
@@ -80,7 +80,7 @@ function fileTarget(path: string): Target {
       return write.then(
         () => ({ accepted: true, detail: 'appended' }),
         (cause: unknown) => {
-          throw new AdapterError(`cannot append to ${path}: ${(cause as Error).message}`, { cause });
+          throw new AdapterError(`cannot append to ${path}: ${errorMessage(cause)}`, { cause });
         },
       );
     },
@@ -105,7 +105,7 @@ function httpTarget(url: URL, timeoutMs = 10_000): Target {
           signal: AbortSignal.timeout(timeoutMs),
         });
       } catch (cause) {
-        throw new AdapterError(`POST ${name} failed: ${(cause as Error).message}`, { cause });
+        throw new AdapterError(`POST ${name} failed: ${errorMessage(cause)}`, { cause });
       }
       const text = await response.text().catch(() => '');
       const code = codeOf(text);

@@ -1,6 +1,6 @@
 import { envelopeOfDeadLetter, isDeadLetterRecord } from '../dead-letter.js';
 import { parseEnvelope } from '../envelope.js';
-import { VerificationError } from '../errors.js';
+import { errorMessage, VerificationError } from '../errors.js';
 import { validateEvent } from '../events/validate.js';
 import type { Keyring } from '../secrets.js';
 import { verifyMessage } from '../verify.js';
@@ -119,7 +119,7 @@ function verifyLine(
     return { ...base, ok: true, code: null };
   } catch (error) {
     const code = error instanceof VerificationError ? error.code : 'MALFORMED_ENVELOPE';
-    return { line, ok: false, ...claimedIds(raw), code, key_id: null, reason: (error as Error).message };
+    return { line, ok: false, ...claimedIds(raw), code, key_id: null, reason: errorMessage(error) };
   }
 }
 

@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { Redis, type RedisOptions } from 'ioredis';
 import type { Logger } from 'pino';
-import { DedupeUnavailableError } from '../errors.js';
+import { DedupeUnavailableError, errorMessage } from '../errors.js';
 import { createLogger } from '../logger.js';
 import {
   ABANDONED_CLAIM_MEMORY_MS,
@@ -208,7 +208,7 @@ export class RedisDedupeStore implements DedupeStore {
     try {
       return await run();
     } catch (cause) {
-      throw new DedupeUnavailableError(`Redis dedupe store unavailable: ${(cause as Error).message}`, {
+      throw new DedupeUnavailableError(`Redis dedupe store unavailable: ${errorMessage(cause)}`, {
         cause,
       });
     }
