@@ -6,7 +6,7 @@ import { createLogger } from '../../src/logger.js';
 import type { Outcome } from '../../src/outcome.js';
 import { decodeMessageText, ENCODING_FIXES, type EncodingHint } from './encoding.js';
 import { MessageLease } from './lease.js';
-import { adapterError, serviceErrorInfo } from './service-error.js';
+import { adapterError } from './service-error.js';
 import {
   MAX_VISIBILITY_SECONDS,
   parseStorageQueueSettings,
@@ -112,18 +112,22 @@ export class StorageQueueAdapter implements SourceAdapter<StorageQueueMessage> {
     if (signal.aborted) return [];
     const { queue } = await this.#connect();
     let items: ReceivedMessageItem[];
-    const deadline = this.#deadline(signal);
     try {
-      const response = await queue.receiveMessages({
-        numberOfMessages: Math.max(1, Math.min(max, this.#settings.numberOfMessages)),
-        visibilityTimeout: this.#settings.visibilityTimeoutSeconds,
-        abortSignal: deadline,
-      });
+      const response = await this.#call(
+        `receive from queue "${this.queueName}"`,
+        (abortSignal) =>
+          queue.receiveMessages({
+            numberOfMessages: Math.max(1, Math.min(max, this.#settings.numberOfMessages)),
+            visibilityTimeout: this.#settings.visibilityTimeoutSeconds,
+            abortSignal,
+          }),
+        signal,
+      );
       items = response.receivedMessageItems;
     } catch (error) {
       // Aborted mid-request: whatever the service handed out reappears after the visibility timeout.
       if (signal.aborted) return [];
-      throw adapterError(`receive from queue "${this.queueName}"`, error, deadline);
+      throw error;
     }
     if (items.length === 0) {
       this.#emptyReceives++;
@@ -149,14 +153,15 @@ export class StorageQueueAdapter implements SourceAdapter<StorageQueueMessage> {
         this.#emptyReceives = 0;
         return lease.run(async (popReceipt) => {
           const seconds = this.#retryVisibility(message, outcome.delayMs);
-          const deadline = this.#deadline();
-          try {
-            return (
-              await queue.updateMessage(message.id, popReceipt, undefined, seconds, { abortSignal: deadline })
-            ).popReceipt;
-          } catch (error) {
-            throw adapterError(`retry of message ${message.id} (visibility ${seconds}s)`, error, deadline);
-          }
+          return this.#call(
+            `retry of message ${message.id} (visibility ${seconds}s)`,
+            async (abortSignal) => {
+              const response = await queue.updateMessage(message.id, popReceipt, undefined, seconds, {
+                abortSignal,
+              });
+              return response.popReceipt;
+            },
+          );
         });
       case 'dead':
         return lease.run(async (popReceipt) => {
@@ -175,15 +180,15 @@ export class StorageQueueAdapter implements SourceAdapter<StorageQueueMessage> {
     await lease.run(async (popReceipt) => {
       if (lease.settled) return undefined; // a settle got in first: nothing left to keep
       const seconds = this.#settings.visibilityTimeoutSeconds;
-      let receipt: string | undefined;
-      const deadline = this.#deadline();
-      try {
-        receipt = (
-          await queue.updateMessage(message.id, popReceipt, undefined, seconds, { abortSignal: deadline })
-        ).popReceipt;
-      } catch (error) {
-        throw adapterError(`visibility heartbeat for message ${message.id}`, error, deadline);
-      }
+      const receipt = await this.#call(
+        `visibility heartbeat for message ${message.id}`,
+        async (abortSignal) => {
+          const response = await queue.updateMessage(message.id, popReceipt, undefined, seconds, {
+            abortSignal,
+          });
+          return response.popReceipt;
+        },
+      );
       if (!receipt) {
         throw new AdapterError(`visibility heartbeat for message ${message.id}: no popReceipt returned`);
       }
@@ -240,34 +245,45 @@ export class StorageQueueAdapter implements SourceAdapter<StorageQueueMessage> {
   }
 
   async #delete(queue: QueueClient, message: StorageQueueMessage, popReceipt: string): Promise<undefined> {
-    const deadline = this.#deadline();
-    try {
-      await queue.deleteMessage(message.id, popReceipt, { abortSignal: deadline });
-    } catch (error) {
-      throw adapterError(`delete of message ${message.id}`, error, deadline);
-    }
+    await this.#call(`delete of message ${message.id}`, (abortSignal) =>
+      queue.deleteMessage(message.id, popReceipt, { abortSignal }),
+    );
     return undefined;
   }
 
   async #sendToPoison(poison: QueueClient, message: StorageQueueMessage): Promise<void> {
-    let deadline = this.#deadline();
-    const send = () =>
-      poison.sendMessage(message.messageText, { messageTimeToLive: POISON_TTL_NEVER, abortSignal: deadline });
+    const send = (abortSignal: AbortSignal) =>
+      poison.sendMessage(message.messageText, { messageTimeToLive: POISON_TTL_NEVER, abortSignal });
     try {
-      await send();
+      await this.#call(`copy of message ${message.id} to poison queue "${poison.name}"`, send);
       return;
     } catch (error) {
-      if (serviceErrorInfo(error).code !== 'QueueNotFound') {
-        throw adapterError(`copy of message ${message.id} to poison queue "${poison.name}"`, error, deadline);
-      }
+      if ((error as AdapterError).details.service_code !== 'QueueNotFound') throw error;
     }
-    deadline = this.#deadline();
+    await this.#call(
+      `creating poison queue "${poison.name}" for message ${message.id}`,
+      async (abortSignal) => {
+        await poison.createIfNotExists({ abortSignal });
+        await send(abortSignal);
+      },
+    );
+    this.#logger.info({ poison_queue: poison.name }, 'created the poison queue');
+  }
+
+  /**
+   * One call to the service within `requestTimeoutMs` (or `signal`, if it aborts sooner); a
+   * failure becomes an `AdapterError` naming `operation`.
+   */
+  async #call<T>(
+    operation: string,
+    run: (abortSignal: AbortSignal) => Promise<T>,
+    signal?: AbortSignal,
+  ): Promise<T> {
+    const deadline = this.#deadline(signal);
     try {
-      await poison.createIfNotExists({ abortSignal: deadline });
-      await send();
-      this.#logger.info({ poison_queue: poison.name }, 'created the poison queue');
+      return await run(deadline);
     } catch (error) {
-      throw adapterError(`creating poison queue "${poison.name}" for message ${message.id}`, error, deadline);
+      throw adapterError(operation, error, deadline);
     }
   }
 
