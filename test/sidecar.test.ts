@@ -10,6 +10,7 @@ import { silentLogger } from '../src/logger.js';
 import { createTestEnvelope, forgedEnvelope, TEST_SIGNING_SECRET } from '../src/testing.js';
 import { runCli, startApp, startCli } from './support/cli.js';
 import { tempDir } from './support/harness.js';
+import { jsonLines } from './support/records.js';
 import { HAS_REDIS, RedisServer } from './support/redis-server.js';
 
 let dir: ReturnType<typeof tempDir>;
@@ -25,12 +26,7 @@ async function startSidecar(args: string[], env: NodeJS.ProcessEnv = {}) {
   const cli = startCli(['run', '--ops-port', '0', ...args], {
     env: { LOG_LEVEL: 'info', PARTNER_EVENTS_DEAD_LETTER: join(dir.path, 'dead.jsonl'), ...env },
   });
-  const logs = (): LogLine[] =>
-    cli
-      .output()
-      .split('\n')
-      .filter((l) => l.startsWith('{'))
-      .map((l) => JSON.parse(l) as LogLine);
+  const logs = () => jsonLines(cli.output()) as LogLine[];
   const find = (msg: string) => logs().find((l) => l.msg?.startsWith(msg));
   await vi.waitFor(() => expect(find('consumer started')).toBeDefined(), { timeout: 15_000, interval: 25 });
   const ingress = String(find('listening for envelopes')?.ingress ?? '');

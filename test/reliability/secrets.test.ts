@@ -18,6 +18,7 @@ import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { createTestEnvelope } from '../../src/testing.js';
 import { runCli, startCli } from '../support/cli.js';
 import { tempDir } from '../support/harness.js';
+import { jsonLines } from '../support/records.js';
 import { report, timeout } from './support/profile.js';
 import { SecretScan, suiteSecret } from './support/secrets.js';
 
@@ -68,12 +69,7 @@ describe('secrets never leave the process', () => {
         ],
         { env: { PARTNER_EVENTS_RETRY_BASE_DELAY_MS: '10', PARTNER_EVENTS_RETRY_MAX_DELAY_MS: '20' } },
       );
-      const logs = (): LogLine[] =>
-        cli
-          .output()
-          .split('\n')
-          .filter((l) => l.startsWith('{'))
-          .map((l) => JSON.parse(l) as LogLine);
+      const logs = () => jsonLines(cli.output()) as LogLine[];
       const find = (msg: string) => logs().find((l) => l.msg?.startsWith(msg));
       const answers: string[] = [];
       try {
