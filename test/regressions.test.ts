@@ -107,15 +107,15 @@ describe('regression — adapters/event-hubs/partition-lane.ts: a retry timer th
     const lane = new PartitionLane<{ seq: number; attempt: number }>(context, silentLogger());
     lane.push([{ sequenceNumber: 7 } as ReceivedEventData]);
     const toMessage = (event: ReceivedEventData, attempt: number) => ({ seq: event.sequenceNumber, attempt });
-    const first = lane.take(Date.now(), toMessage);
+    const first = lane.take(toMessage);
     expect(first).toEqual({ seq: 7, attempt: 1 });
 
     let takenOnWake: { seq: number; attempt: number } | undefined;
     lane.retry(first as { seq: number; attempt: number }, 40, () => {
       vi.setSystemTime(Date.now() - 1); // the wall clock one millisecond behind the timer
-      takenOnWake = lane.take(Date.now(), toMessage);
+      takenOnWake = lane.take(toMessage);
     });
-    expect(lane.take(Date.now(), toMessage)).toBeUndefined(); // not before its delay
+    expect(lane.take(toMessage)).toBeUndefined(); // not before its delay
     vi.advanceTimersByTime(40);
     expect(takenOnWake).toEqual({ seq: 7, attempt: 2 });
   });

@@ -426,10 +426,9 @@ export class EventHubsAdapter implements SourceAdapter<EventHubsMessage> {
   #take(max: number): EventHubsMessage[] {
     const lanes = [...this.#lanes.values()];
     const batch: EventHubsMessage[] = [];
-    const now = Date.now();
     for (let i = 0; i < lanes.length && batch.length < max; i++) {
       const lane = lanes[(this.#turn + i) % lanes.length] as PartitionLane<EventHubsMessage>;
-      const message = lane.take(now, (event, attempt) => this.#toMessage(lane, event, attempt));
+      const message = lane.take((event, attempt) => this.#toMessage(lane, event, attempt));
       if (message) {
         this.#laneOf.set(message, lane);
         batch.push(message);

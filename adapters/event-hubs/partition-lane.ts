@@ -14,7 +14,8 @@ export class PartitionLane<M extends object> {
   readonly #logger: Logger;
   readonly #buffer: ReceivedEventData[] = [];
   #attempt = 1;
-  #readyAt = 0;
+  /** The head waits for its retry timer (the timer alone says when it is due). */
+  #waiting = false;
   #inFlight: M | undefined;
   #retryTimer: NodeJS.Timeout | undefined;
   #closed = false;
@@ -74,8 +75,8 @@ export class PartitionLane<M extends object> {
   }
 
   /** Hands out the head when nothing of this partition is in flight and its retry delay passed. */
-  take(now: number, toMessage: (event: ReceivedEventData, attempt: number) => M): M | undefined {
-    if (this.#closed || this.#inFlight || now < this.#readyAt) return undefined;
+  take(toMessage: (event: ReceivedEventData, attempt: number) => M): M | undefined {
+    if (this.#closed || this.#inFlight || this.#waiting) return undefined;
     const head = this.#buffer[0];
     if (!head) return undefined;
     this.#inFlight = toMessage(head, this.#attempt);
@@ -88,7 +89,6 @@ export class PartitionLane<M extends object> {
     this.#inFlight = undefined;
     const head = this.#buffer.shift();
     this.#attempt = 1;
-    this.#readyAt = 0;
     if (head && !this.#closed) {
       this.#toCheckpoint = head;
       this.#unwritten++;
@@ -103,12 +103,13 @@ export class PartitionLane<M extends object> {
     this.#inFlight = undefined;
     if (this.#closed) return true;
     this.#attempt++;
-    this.#readyAt = Date.now() + delayMs;
+    // Due when the timer fires, not by the wall clock: timers run on a monotonic clock and may
+    // fire a millisecond before Date.now() reaches the due time; a head not takeable then would
+    // never be woken again.
+    this.#waiting = true;
     clearTimeout(this.#retryTimer);
     this.#retryTimer = setTimeout(() => {
-      // Timers run on a monotonic clock and may fire a millisecond before Date.now() reaches
-      // readyAt; the head must be takeable when we wake the receiver, or nothing wakes it again.
-      this.#readyAt = 0;
+      this.#waiting = false;
       onReady();
     }, delayMs);
     return true;
