@@ -1,7 +1,5 @@
-import { mkdirSync } from 'node:fs';
-import { open } from 'node:fs/promises';
-import { dirname } from 'node:path';
 import type { RawMessage } from './adapter.js';
+import { appendLine } from './durable-append.js';
 import type { ErrorCode } from './errors.js';
 
 /**
@@ -101,8 +99,9 @@ export function envelopeOfDeadLetter(record: DeadLetterRecord): string | Uint8Ar
 
 /**
  * Appends records to a JSONL file, serialised so lines never interleave. Each record opens the
- * file, appends, `datasync`s and closes it: dead letters are rare, durability matters more than
- * speed, and a file moved away by log rotation is simply created anew on the next record.
+ * file, appends, `datasync`s and closes it (`appendLine`: all of the line or none of it, the
+ * file created 0600): dead letters are rare, durability matters more than speed, and a file
+ * moved away by log rotation is simply created anew on the next record.
  */
 export class JsonlDeadLetterSink implements DeadLetterSink {
   readonly path: string;
@@ -119,16 +118,9 @@ export class JsonlDeadLetterSink implements DeadLetterSink {
   }
 
   write(record: DeadLetterRecord): Promise<void> {
-    const line = `${JSON.stringify(record)}\n`;
+    const line = JSON.stringify(record);
     const next = this.#tail.then(async () => {
-      mkdirSync(dirname(this.path), { recursive: true });
-      const file = await open(this.path, 'a');
-      try {
-        await file.write(line);
-        await file.datasync();
-      } finally {
-        await file.close();
-      }
+      await appendLine(this.path, line);
       this.#count++;
     });
     this.#tail = next.catch(() => undefined);

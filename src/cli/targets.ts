@@ -1,5 +1,5 @@
-import { appendFile } from 'node:fs/promises';
 import { isSqsSpec } from '../../adapters/sqs/url.js';
+import { appendLine } from '../durable-append.js';
 import { AdapterError, ConfigError, errorMessage } from '../errors.js';
 import { describeUrl } from '../forward.js';
 import type { Target } from '../target.js';
@@ -74,15 +74,10 @@ function fileTarget(path: string): Target {
     send(message) {
       const text =
         typeof message.body === 'string' ? message.body : Buffer.from(message.body).toString('utf8');
-      // Serialised, so concurrent sends never interleave within a line.
-      const write = tail.then(() => appendFile(path, `${text}\n`));
+      // Serialised, so concurrent sends never interleave within a line; all of a line or none.
+      const write = tail.then(() => appendLine(path, text));
       tail = write.catch(() => undefined);
-      return write.then(
-        () => ({ accepted: true, detail: 'appended' }),
-        (cause: unknown) => {
-          throw new AdapterError(`cannot append to ${path}: ${errorMessage(cause)}`, { cause });
-        },
-      );
+      return write.then(() => ({ accepted: true, detail: 'appended' }));
     },
     close: async () => {
       await tail;
