@@ -22,6 +22,7 @@ export const ERROR_CODES = [
   'HANDLER_ABANDONED',
   'HANDLER_REQUESTED_RETRY',
   'HANDLER_REQUESTED_DEAD_LETTER',
+  'FORWARD_REDIRECTED',
   'LEASE_LOST',
   'IN_PROGRESS',
   'DEDUPE_UNAVAILABLE',
@@ -128,6 +129,18 @@ export class DeadLetterError extends PartnerEventsError {
   constructor(message: string, options?: PartnerEventsErrorOptions) {
     super('HANDLER_REQUESTED_DEAD_LETTER', message, options);
     this.name = 'DeadLetterError';
+  }
+}
+
+/**
+ * A hand-off over HTTP (the forwarder, `--to http(s)`) that failed in a way worth its own code:
+ * the app answered with a redirect (3xx), which is never followed. Retried like a handler error.
+ */
+export class ForwardError extends PartnerEventsError {
+  declare readonly code: 'FORWARD_REDIRECTED';
+  constructor(code: 'FORWARD_REDIRECTED', message: string, options?: PartnerEventsErrorOptions) {
+    super(code, message, options);
+    this.name = 'ForwardError';
   }
 }
 

@@ -1,4 +1,4 @@
-import { RetryLaterError } from './errors.js';
+import { ForwardError, RetryLaterError } from './errors.js';
 import type { HandlerContext } from './router.js';
 
 export interface ForwardOptions {
@@ -23,10 +23,47 @@ export function describeUrl(url: string): string {
 const MAX_RETRY_AFTER_MS = 15 * 60_000;
 
 /**
+ * What an HTTP answer to a hand-off means. Only a 2xx from the URL asked for delivers: a 3xx is
+ * never followed (a 302 would turn the POST into a GET to a login page whose 200 is not the app's;
+ * a 307 would re-send the body and the headers to wherever it points), so it fails the attempt.
+ */
+export type HttpAnswer =
+  | { readonly kind: 'delivered' }
+  | { readonly kind: 'redirected'; readonly status: number; readonly location: string }
+  | { readonly kind: 'failed'; readonly status: number; readonly retryAfterMs: number | undefined };
+
+/** Classifies an answer to a request sent with `redirect: 'manual'` to `url`. */
+export function classifyAnswer(status: number, headers: Headers, url: string | URL): HttpAnswer {
+  if (status >= 200 && status < 300) return { kind: 'delivered' };
+  if (status >= 300 && status < 400) {
+    return { kind: 'redirected', status, location: describeLocation(headers.get('location'), url) };
+  }
+  const retryAfter =
+    status === 429 || status === 503 ? parseRetryAfter(headers.get('retry-after')) : undefined;
+  return { kind: 'failed', status, retryAfterMs: retryAfter };
+}
+
+/** The `Location` of a redirect, for logs: resolved against the request, origin and path only. */
+function describeLocation(location: string | null, base: string | URL): string {
+  if (!location) return '(no Location)';
+  try {
+    return describeUrl(new URL(location, base).href);
+  } catch {
+    return '(invalid Location)';
+  }
+}
+
+/** The reason a redirect failed an attempt, e.g. `answered HTTP 302, redirect to http://app/login (not followed)`. */
+export function redirectReason(answer: { status: number; location: string }): string {
+  return `answered HTTP ${answer.status}, redirect to ${answer.location} (not followed)`;
+}
+
+/**
  * A handler that POSTs the signed body exactly as received to the app, with the headers
  * `partner-event-id`, `partner-event-type` and `partner-event-attempt`. 2xx is success; any
  * other status, a timeout or a connection failure fails the attempt (retried with backoff,
- * dead-lettered after the configured attempts); `Retry-After` on 429/503 sets the delay.
+ * dead-lettered after the configured attempts); `Retry-After` on 429/503 sets the delay. A
+ * redirect is not followed: it fails the attempt as `FORWARD_REDIRECTED` (see `classifyAnswer`).
  */
 export function createForwarder(
   options: ForwardOptions,
@@ -47,6 +84,7 @@ export function createForwarder(
           'partner-event-attempt': String(context.attempt),
         },
         body: context.rawBody,
+        redirect: 'manual',
         signal,
       });
     } catch (cause) {
@@ -56,12 +94,16 @@ export function createForwarder(
     }
     // Drain the body so the connection goes back to the pool.
     await response.arrayBuffer().catch(() => undefined);
-    if (response.ok) return;
-    const message = `forward to ${target} answered HTTP ${response.status}`;
-    const retryAfter = parseRetryAfter(response.headers.get('retry-after'));
-    if (retryAfter !== undefined && (response.status === 429 || response.status === 503)) {
-      throw new RetryLaterError(message, { delayMs: retryAfter });
+    const answer = classifyAnswer(response.status, response.headers, options.url);
+    if (answer.kind === 'delivered') return;
+    if (answer.kind === 'redirected') {
+      throw new ForwardError('FORWARD_REDIRECTED', `forward to ${target} ${redirectReason(answer)}`, {
+        details: { status: answer.status, location: answer.location },
+      });
     }
+    const message = `forward to ${target} answered HTTP ${answer.status}`;
+    if (answer.retryAfterMs !== undefined)
+      throw new RetryLaterError(message, { delayMs: answer.retryAfterMs });
     throw new Error(message);
   };
 }

@@ -350,6 +350,10 @@ function handlerFailure(error: unknown): Fail {
   ) {
     return { code: 'HANDLER_REQUESTED_DEAD_LETTER', reason: (error as Error).message };
   }
+  // A forward's own failure code (a redirect) says more than HANDLER_FAILED; retried the same way.
+  if (isPartnerEventsError(error) && error.code === 'FORWARD_REDIRECTED') {
+    return { code: error.code, reason: error.message };
+  }
   return { code: 'HANDLER_FAILED', reason: `handler threw: ${errorMessage(error)}` };
 }
 

@@ -7,6 +7,7 @@ import {
   DeadLetterError,
   type ErrorCode,
   errorMessage,
+  ForwardError,
   RetryLaterError,
   VERIFICATION_CODES,
   VerificationError,
@@ -301,7 +302,8 @@ export async function replayCommand(args: string[]): Promise<number> {
 
 /**
  * The `--to` handler: puts the record's original message, byte for byte, on the target. An HTTP
- * ingress that answers 4xx has judged the event (dead now); anything else is retried.
+ * ingress that answers 4xx has judged the event (dead now); a redirect is FORWARD_REDIRECTED;
+ * anything else is retried.
  */
 function injector(target: Target, source: ReplaySource) {
   return async (_event: unknown, context: HandlerContext): Promise<void> => {
@@ -311,6 +313,7 @@ function injector(target: Target, source: ReplaySource) {
     if (delivery.accepted) return;
     const reason = `${target.name} answered ${delivery.detail}`;
     const status = delivery.status ?? 0;
+    if (status >= 300 && status < 400) throw new ForwardError('FORWARD_REDIRECTED', reason);
     if (status >= 400 && status < 500 && status !== 408 && status !== 429) throw new DeadLetterError(reason);
     throw new RetryLaterError(
       reason,

@@ -1,7 +1,7 @@
 import { isSqsSpec } from '../../adapters/sqs/url.js';
 import { appendLine } from '../durable-append.js';
 import { AdapterError, ConfigError, errorMessage } from '../errors.js';
-import { describeUrl } from '../forward.js';
+import { classifyAnswer, describeUrl, redirectReason } from '../forward.js';
 import type { Target } from '../target.js';
 import { UsageError } from './common.js';
 
@@ -85,7 +85,10 @@ function fileTarget(path: string): Target {
   };
 }
 
-/** POSTs each envelope to an HTTP ingress (`run --source http://…`); the answer is the worker's verdict. */
+/**
+ * POSTs each envelope to an HTTP ingress (`run --source http://…`); the answer is the worker's
+ * verdict. A redirect is not followed and not accepted (a 2xx from elsewhere is no ingress's).
+ */
 function httpTarget(url: URL, timeoutMs = 10_000): Target {
   const name = describeUrl(url.href);
   return {
@@ -97,18 +100,23 @@ function httpTarget(url: URL, timeoutMs = 10_000): Target {
           method: 'POST',
           headers: { 'content-type': 'application/json' },
           body: typeof message.body === 'string' ? message.body : Buffer.from(message.body),
+          redirect: 'manual',
           signal: AbortSignal.timeout(timeoutMs),
         });
       } catch (cause) {
         throw new AdapterError(`POST ${name} failed: ${errorMessage(cause)}`, { cause });
       }
       const text = await response.text().catch(() => '');
+      const answer = classifyAnswer(response.status, response.headers, url);
       const code = codeOf(text);
       const retryAfter = Number(response.headers.get('retry-after'));
       return {
-        accepted: response.ok,
+        accepted: answer.kind === 'delivered',
         status: response.status,
-        detail: `HTTP ${response.status}${code ? ` ${code}` : ''}`,
+        detail:
+          answer.kind === 'redirected'
+            ? redirectReason(answer).replace(/^answered /, '')
+            : `HTTP ${response.status}${code ? ` ${code}` : ''}`,
         ...(Number.isFinite(retryAfter) && retryAfter > 0 ? { retryAfterSeconds: retryAfter } : {}),
       };
     },

@@ -1,0 +1,231 @@
+/**
+ * The forwarder and the `--to http(s)` target hand an event to an app over HTTP: success is a
+ * 2xx from the URL asked for, nothing else. Real servers on 127.0.0.1, the library through a
+ * consumer, the CLI as a child process.
+ */
+import { readFileSync } from 'node:fs';
+import { createServer, type IncomingHttpHeaders, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { join } from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { createForwarder } from '../src/forward.js';
+import { createTestEnvelope } from '../src/testing.js';
+import { runCli } from './support/cli.js';
+import { harness, tempDir } from './support/harness.js';
+import { jsonLines, writeJsonl } from './support/records.js';
+
+interface Seen {
+  method: string;
+  path: string;
+  headers: IncomingHttpHeaders;
+  body: string;
+}
+
+/** An HTTP server on 127.0.0.1 that records every request and answers it with `answer`. */
+async function startServer(answer: (seen: Seen, res: ServerResponse) => void) {
+  const seen: Seen[] = [];
+  const server = createServer((req, res) => {
+    let body = '';
+    req.setEncoding('utf8').on('data', (d: string) => {
+      body += d;
+    });
+    req.on('end', () => {
+      const s = { method: req.method ?? '', path: req.url ?? '', headers: req.headers, body };
+      seen.push(s);
+      answer(s, res);
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const origin = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  return {
+    origin,
+    url: `${origin}/events`,
+    seen,
+    close: () => new Promise<void>((resolve) => server.close(() => resolve())),
+  };
+}
+
+/** An app whose /events answers `302 Location: /login?next=…` and whose login page answers 200. */
+function startLoginRedirectApp() {
+  return startServer((s, res) => {
+    if (s.path === '/events') res.writeHead(302, { location: '/login?next=%2Fevents&session=abc' }).end();
+    else res.writeHead(200, { 'content-type': 'text/html' }).end('<form>login</form>');
+  });
+}
+
+let dir: ReturnType<typeof tempDir>;
+beforeEach(() => {
+  dir = tempDir('phe-forward-');
+});
+afterEach(() => dir.cleanup());
+
+describe('a forward answered with a redirect', () => {
+  it('302 to a login page: not followed, not done, not acked; retried, then dead-lettered as FORWARD_REDIRECTED', async () => {
+    const app = await startLoginRedirectApp();
+    const h = harness();
+    try {
+      h.consumer.on('*', createForwarder({ url: app.url }));
+      await h.consumer.start();
+      const event = createTestEnvelope('daily.data.steps.created');
+      h.source.send(event.raw);
+      const dead = await h.waitFor((r) => r.outcome.kind === 'dead');
+
+      // Every delivery failed with its own code; none was acked, and the login page was never asked.
+      const outcomes = h.reports.map((r) => r.outcome);
+      expect(outcomes.map((o) => o.kind)).toEqual(['retry', 'retry', 'dead']);
+      expect(outcomes.every((o) => o.kind !== 'ack' && o.code === 'FORWARD_REDIRECTED')).toBe(true);
+      expect(app.seen.map((s) => `${s.method} ${s.path}`)).toEqual([
+        'POST /events',
+        'POST /events',
+        'POST /events',
+      ]);
+      expect(await h.dedupe.peek(event.eventId)).not.toBe('done');
+      // The Location is named (resolved, without its query), so the operator can fix forward.url.
+      const reason = dead.outcome.kind === 'dead' ? dead.outcome.reason : '';
+      expect(reason).toContain(`redirect to ${app.origin}/login`);
+      expect(reason).toContain('HTTP 302');
+      expect(reason).not.toContain('session=abc');
+      const record = JSON.parse(readFileSync(h.deadLetterPath, 'utf8').trim()) as Record<string, unknown>;
+      expect(record).toMatchObject({ code: 'FORWARD_REDIRECTED', event_id: event.eventId });
+    } finally {
+      await h.cleanup();
+      await app.close();
+    }
+  });
+
+  it('307 to another origin: the body and the forward headers never reach it', async () => {
+    const other = await startServer((_s, res) => res.writeHead(200).end());
+    const app = await startServer((_s, res) =>
+      res
+        .writeHead(307, { location: `http://user:pw@${other.origin.slice('http://'.length)}/steal?k=v` })
+        .end(),
+    );
+    const h = harness({ retry: { maxAttempts: 2, baseDelayMs: 5, maxDelayMs: 20 } });
+    try {
+      h.consumer.on('*', createForwarder({ url: app.url, headers: { 'x-internal-token': 'tok-123' } }));
+      await h.consumer.start();
+      h.source.send(createTestEnvelope('coach.nudge.created').raw);
+      const dead = await h.waitFor((r) => r.outcome.kind === 'dead');
+      expect(dead.outcome).toMatchObject({ code: 'FORWARD_REDIRECTED' });
+      expect(app.seen).toHaveLength(2);
+      expect(app.seen[0]?.headers['x-internal-token']).toBe('tok-123');
+      expect(other.seen).toEqual([]);
+      const reason = dead.outcome.kind === 'dead' ? dead.outcome.reason : '';
+      expect(reason).toContain(`HTTP 307, redirect to ${other.origin}/steal`);
+      expect(reason).not.toMatch(/user|pw@|k=v/);
+    } finally {
+      await h.cleanup();
+      await app.close();
+      await other.close();
+    }
+  });
+
+  it('run --forward: the redirected event ends in the dead letters, never acked as handled', async () => {
+    const app = await startLoginRedirectApp();
+    try {
+      const event = createTestEnvelope('daily.data.steps.created');
+      const events = writeJsonl(dir.path, 'events.jsonl', [event.raw]);
+      const deadLetters = join(dir.path, 'dead.jsonl');
+      const result = await runCli(
+        ['run', '--source', `file:${events}`, '--forward', app.url, '--dedupe', 'memory'],
+        {
+          env: {
+            LOG_LEVEL: 'info',
+            PARTNER_EVENTS_DEAD_LETTER: deadLetters,
+            PARTNER_EVENTS_RETRY_MAX_ATTEMPTS: '2',
+            PARTNER_EVENTS_RETRY_BASE_DELAY_MS: '10',
+          },
+        },
+      );
+      expect(result.code).toBe(0);
+      expect(result.stdout).not.toContain('"outcome":"handled"');
+      const retried = jsonLines(result.stdout).find((l) => l.msg === 'event will be retried');
+      expect(retried).toMatchObject({ code: 'FORWARD_REDIRECTED' });
+      expect(JSON.parse(readFileSync(deadLetters, 'utf8').trim())).toMatchObject({
+        code: 'FORWARD_REDIRECTED',
+        event_id: event.eventId,
+      });
+      expect(app.seen.every((s) => s.path === '/events')).toBe(true);
+    } finally {
+      await app.close();
+    }
+  });
+
+  it('replay --forward: reported as failed with FORWARD_REDIRECTED, and kept for the next replay', async () => {
+    const app = await startLoginRedirectApp();
+    try {
+      const event = createTestEnvelope('daily.data.steps.created');
+      const file = writeJsonl(dir.path, 'dead.jsonl', [event.raw]);
+      const failed = join(dir.path, 'still-failing.jsonl');
+      const result = await runCli([
+        'replay',
+        file,
+        '--forward',
+        app.url,
+        '--dedupe',
+        'memory',
+        '--attempts',
+        '2',
+        '--dead-letter',
+        failed,
+        '--json',
+      ]);
+      expect(result.code).toBe(1);
+      const lines = jsonLines(result.stdout);
+      expect(lines[0]).toMatchObject({
+        event_id: event.eventId,
+        outcome: 'dead',
+        code: 'FORWARD_REDIRECTED',
+      });
+      expect(lines.at(-1)).toMatchObject({
+        forwarded: 0,
+        failed: 1,
+        failure_codes: { FORWARD_REDIRECTED: 1 },
+      });
+      expect(JSON.parse(readFileSync(failed, 'utf8').trim())).toMatchObject({ code: 'FORWARD_REDIRECTED' });
+      expect(app.seen.every((s) => s.path === '/events')).toBe(true);
+    } finally {
+      await app.close();
+    }
+  });
+
+  it('replay --to http: an ingress that answers 302 has not taken the envelope', async () => {
+    const app = await startLoginRedirectApp();
+    try {
+      const event = createTestEnvelope('daily.data.steps.created');
+      const file = writeJsonl(dir.path, 'dead.jsonl', [event.raw]);
+      const result = await runCli([
+        'replay',
+        file,
+        '--to',
+        app.url,
+        '--dedupe',
+        'memory',
+        '--attempts',
+        '1',
+        '--dead-letter',
+        join(dir.path, 'failed.jsonl'),
+        '--json',
+      ]);
+      expect(result.code).toBe(1);
+      const lines = jsonLines(result.stdout);
+      expect(lines[0]).toMatchObject({ outcome: 'dead', code: 'FORWARD_REDIRECTED' });
+      expect(String(lines[0]?.reason)).toContain(`redirect to ${app.origin}/login`);
+      expect(lines.at(-1)).toMatchObject({ injected: 0, failed: 1 });
+      expect(app.seen.map((s) => `${s.method} ${s.path}`)).toEqual(['POST /events']);
+    } finally {
+      await app.close();
+    }
+  });
+
+  it('trigger --to http: a 302 is not "sent"', async () => {
+    const app = await startLoginRedirectApp();
+    try {
+      const result = await runCli(['trigger', 'daily.data.steps.created', '--to', app.url]);
+      expect(result.code).toBe(1);
+      expect(app.seen.map((s) => `${s.method} ${s.path}`)).toEqual(['POST /events']);
+    } finally {
+      await app.close();
+    }
+  });
+});
