@@ -2,9 +2,7 @@ import { constants } from 'node:fs';
 import { type FileHandle, mkdir, open } from 'node:fs/promises';
 import { dirname } from 'node:path';
 import { AdapterError, errorMessage } from './errors.js';
-
-/** Files holding event bodies or dedupe state: readable and writable by their owner only. */
-export const PRIVATE_FILE_MODE = 0o600;
+import { PRIVATE_FILE_MODE } from './private-file.js';
 
 const NEWLINE = 0x0a;
 const TERMINATOR = Buffer.from([NEWLINE]);

@@ -68,6 +68,7 @@ export type { ProcessResult } from './pipeline.js';
 export type { EventPattern, EventsFor, Handler, HandlerContext } from './router.js';
 export {
   Keyring,
+  type ReadSecretsFileOptions,
   readSecretsFile,
   type SecretsReloadOptions,
   type SigningSecret,

@@ -1,7 +1,8 @@
 import { createSecretKey, type KeyObject } from 'node:crypto';
-import { readFileSync, unwatchFile, watchFile } from 'node:fs';
+import { closeSync, fstatSync, openSync, readFileSync, unwatchFile, watchFile } from 'node:fs';
 import { basename } from 'node:path';
 import { ConfigError } from './errors.js';
+import { formatMode } from './private-file.js';
 
 /** One signing secret as configured. The secret is used as its UTF-8 bytes (or the bytes given). */
 export interface SigningSecret {
@@ -104,9 +105,12 @@ function assertStrongSecret(id: string, secret: string | Uint8Array): void {
  * `PARTNER_EVENTS_SIGNING_SECRET_PREVIOUS` (id "previous", optionally ending at
  * `PARTNER_EVENTS_SIGNING_SECRET_PREVIOUS_NOT_AFTER`, an ISO 8601 time).
  */
-export function secretsFromEnv(env: NodeJS.ProcessEnv = process.env): SigningSecret[] {
+export function secretsFromEnv(
+  env: NodeJS.ProcessEnv = process.env,
+  options: ReadSecretsFileOptions = {},
+): SigningSecret[] {
   const file = env[ENV_SECRETS_FILE];
-  if (file) return readSecretsFile(file);
+  if (file) return readSecretsFile(file, options);
   const secrets: SigningSecret[] = [];
   const current = env[ENV_SECRET];
   if (current !== undefined) secrets.push({ id: 'current', secret: current });
@@ -138,17 +142,38 @@ interface SecretsFileKey {
   not_after?: unknown;
 }
 
+export interface ReadSecretsFileOptions {
+  /**
+   * Told when the file is readable by group or others (as ssh warns about a key file): the
+   * message names the file and its mode, never its content. Default: `process.emitWarning`.
+   */
+  warn?: (message: string, details: { file: string; mode: string }) => void;
+}
+
 /**
  * A secrets file is either JSON — `{"keys": [{"id": "2026-11", "secret": "…", "not_after": "…"}]}`,
  * current key first — or a single raw secret (a mounted Kubernetes secret), whose one trailing
- * newline is removed.
+ * newline is removed. A file that group or others may read still loads, with a warning.
  */
-export function readSecretsFile(path: string): SigningSecret[] {
+export function readSecretsFile(path: string, options: ReadSecretsFileOptions = {}): SigningSecret[] {
   let text: string;
+  let mode: number;
   try {
-    text = readFileSync(path, 'utf8');
+    const fd = openSync(path, 'r');
+    try {
+      mode = fstatSync(fd).mode;
+      text = readFileSync(fd, 'utf8');
+    } finally {
+      closeSync(fd);
+    }
   } catch (cause) {
     throw new ConfigError(`cannot read secrets file ${path}`, { code: 'SECRET_INVALID', cause });
+  }
+  if ((mode & 0o044) !== 0 && process.platform !== 'win32') {
+    const details = { file: path, mode: formatMode(mode) };
+    const message = `secrets file ${path} is readable by group or others (mode ${details.mode}): chmod 600 it`;
+    if (options.warn) options.warn(message, details);
+    else process.emitWarning(message, { code: 'PARTNER_EVENTS_SECRETS_FILE_MODE' });
   }
   if (text.trimStart().startsWith('{')) return parseSecretsJson(path, text);
   return [{ id: `file:${basename(path)}`, secret: text.replace(/\r?\n$/, '') }];

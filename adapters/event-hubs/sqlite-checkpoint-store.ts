@@ -1,12 +1,11 @@
 import { randomUUID } from 'node:crypto';
-import { mkdirSync } from 'node:fs';
-import { dirname } from 'node:path';
 import type { Checkpoint, CheckpointStore, PartitionOwnership } from '@azure/event-hubs';
 import Database from 'better-sqlite3';
 import { AdapterError } from '../../src/errors.js';
+import { createPrivateFile } from '../../src/private-file.js';
 
 export interface SqliteCheckpointStoreOptions {
-  /** Database file; created with its folder when missing. */
+  /** Database file; created 0600 with its folder when missing. */
   readonly path: string;
   /** How long a writer waits for another process's lock. Default 5000. */
   readonly busyTimeoutMs?: number;
@@ -45,7 +44,8 @@ export class SqliteCheckpointStore implements CheckpointStore {
   constructor(options: SqliteCheckpointStoreOptions) {
     this.path = options.path;
     try {
-      if (options.path !== ':memory:') mkdirSync(dirname(options.path), { recursive: true });
+      // Created 0600 first: SQLite gives the -wal and -shm files the database file's mode.
+      if (options.path !== ':memory:') createPrivateFile(options.path);
       this.#db = new Database(options.path);
       this.#db.pragma(`busy_timeout = ${options.busyTimeoutMs ?? 5000}`);
       this.#db.pragma('journal_mode = WAL');

@@ -26,8 +26,14 @@ export function parse<const T extends NonNullable<ParseArgsConfig['options']>>(a
 }
 
 /** Secrets from `--secrets-file` when given, else from the environment. */
-export function loadKeyring(secretsFile: string | undefined): Keyring {
-  return new Keyring(secretsFile ? readSecretsFile(secretsFile) : secretsFromEnv());
+export function loadKeyring(
+  secretsFile: string | undefined,
+  warn: (message: string, details: { file: string; mode: string }) => void = (message) =>
+    process.stderr.write(`warning: ${message}\n`),
+): Keyring {
+  return new Keyring(
+    secretsFile ? readSecretsFile(secretsFile, { warn }) : secretsFromEnv(process.env, { warn }),
+  );
 }
 
 /**

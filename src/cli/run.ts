@@ -96,7 +96,7 @@ export async function runCommand(args: string[]): Promise<number> {
   });
 
   const logger = createLogger(config.logLevel ? { level: config.logLevel } : {});
-  const keyring = loadKeyring(config.secretsFile);
+  const keyring = loadKeyring(config.secretsFile, warnSecretsMode(logger));
   const source = await openSource(config, logger);
   const dedupe = await openDedupe(config.dedupe, {
     logger,
@@ -167,9 +167,13 @@ function pickConsumerSettings(config: WorkerConfig): ConsumerSettingsInput {
   return Object.fromEntries(keys.map((k) => [k, config[k]])) as ConsumerSettingsInput;
 }
 
+function warnSecretsMode(logger: Logger) {
+  return (message: string, details: { file: string; mode: string }) => logger.warn(details, message);
+}
+
 function watchSecretsFor(keyring: Keyring, secretsFile: string | undefined, logger: Logger): () => void {
   if (secretsFile) {
-    return watchSecrets(keyring, () => readSecretsFile(secretsFile), {
+    return watchSecrets(keyring, () => readSecretsFile(secretsFile, { warn: warnSecretsMode(logger) }), {
       files: [secretsFile],
       onReload: (ids) => logger.info({ key_ids: ids }, 'signing secrets reloaded'),
       onError: (error) =>

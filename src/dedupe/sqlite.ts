@@ -1,11 +1,10 @@
-import { mkdirSync } from 'node:fs';
-import { dirname } from 'node:path';
 import Database from 'better-sqlite3';
 import { DedupeUnavailableError } from '../errors.js';
+import { createPrivateFile } from '../private-file.js';
 import { ABANDONED_CLAIM_MEMORY_MS, type ClaimResult, type DedupeState, type DedupeStore } from './types.js';
 
 export interface SqliteDedupeOptions {
-  /** Database file; created with its folder when missing. Several processes on one host may share it. */
+  /** Database file; created 0600 with its folder when missing. Several processes on one host may share it. */
   path: string;
   /** How long a writer waits for another process's lock before the batch fails (retried). Default 5000. */
   busyTimeoutMs?: number;
@@ -45,7 +44,8 @@ export class SqliteDedupeStore implements DedupeStore {
   constructor(options: SqliteDedupeOptions) {
     this.#now = options.now ?? Date.now;
     try {
-      if (options.path !== ':memory:') mkdirSync(dirname(options.path), { recursive: true });
+      // Created 0600 first: SQLite gives the -wal and -shm files the database file's mode.
+      if (options.path !== ':memory:') createPrivateFile(options.path);
       this.#db = new Database(options.path);
       this.#db.pragma(`busy_timeout = ${options.busyTimeoutMs ?? 5000}`);
       // Random event ids dirty one page per write: small pages make each commit cheaper
