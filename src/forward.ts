@@ -1,4 +1,4 @@
-import { ForwardError, RetryLaterError } from './errors.js';
+import { ConfigError, ForwardError, RetryLaterError } from './errors.js';
 import type { HandlerContext } from './router.js';
 
 export interface ForwardOptions {
@@ -18,6 +18,27 @@ export function describeUrl(url: string): string {
   } catch {
     return '(invalid url)';
   }
+}
+
+/** Why a forward URL with `user:password@` is refused, and what to do instead. */
+export const FORWARD_URL_CREDENTIALS =
+  'must not contain a user name or password (user:password@), which fetch refuses: send them in an Authorization header with forward.headers instead';
+
+/** Whether a URL carries `user:password@` (or just `user@`): fetch refuses it on every request. */
+export function hasCredentials(url: string): boolean {
+  try {
+    const parsed = new URL(url);
+    return parsed.username !== '' || parsed.password !== '';
+  } catch {
+    return false;
+  }
+}
+
+/** Why a forward URL can never work, or undefined. Never repeats the URL (it may hold a password). */
+export function forwardUrlProblem(url: string): string | undefined {
+  if (!URL.canParse(url)) return 'is not a URL';
+  if (!/^https?:$/.test(new URL(url).protocol)) return 'must be an http: or https: URL';
+  return hasCredentials(url) ? FORWARD_URL_CREDENTIALS : undefined;
 }
 
 const MAX_RETRY_AFTER_MS = 15 * 60_000;
@@ -69,6 +90,8 @@ export function createForwarder(
   options: ForwardOptions,
 ): (event: unknown, context: HandlerContext) => Promise<void> {
   const target = describeUrl(options.url);
+  const problem = forwardUrlProblem(options.url);
+  if (problem) throw new ConfigError(`forward URL ${target} ${problem}`);
   const timeoutMs = options.timeoutMs ?? 10_000;
   return async (_event, context) => {
     const signal = AbortSignal.any([context.signal, AbortSignal.timeout(timeoutMs)]);

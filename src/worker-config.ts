@@ -6,10 +6,11 @@ import { sqsTuningSchema } from '../adapters/sqs/options.js';
 import { storageQueueTuningSchema } from '../adapters/storage-queue/settings.js';
 import { consumerSettingsSchema } from './config.js';
 import { ConfigError, errorMessage } from './errors.js';
+import { FORWARD_URL_CREDENTIALS, hasCredentials } from './forward.js';
 
 const forwardSchema = z.strictObject({
   /** The app's endpoint; each verified body is POSTed here. */
-  url: z.url({ protocol: /^https?$/ }),
+  url: z.url({ protocol: /^https?$/ }).refine((url) => !hasCredentials(url), FORWARD_URL_CREDENTIALS),
   /** Per request, in ms. */
   timeoutMs: z.number().int().positive().default(10_000),
   /** Extra request headers (e.g. an internal token for the app). */

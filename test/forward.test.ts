@@ -3,11 +3,12 @@
  * 2xx from the URL asked for, nothing else. Real servers on 127.0.0.1, the library through a
  * consumer, the CLI as a child process.
  */
-import { readFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { createServer, type IncomingHttpHeaders, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { ConfigError } from '../src/errors.js';
 import { createForwarder } from '../src/forward.js';
 import { createTestEnvelope } from '../src/testing.js';
 import { runCli } from './support/cli.js';
@@ -227,5 +228,67 @@ describe('a forward answered with a redirect', () => {
     } finally {
       await app.close();
     }
+  });
+});
+
+describe('a forward URL with user:password@', () => {
+  // fetch refuses such a URL on every request; it used to be accepted and fail each forward.
+  const url = 'http://admin:s3cret-pw@127.0.0.1:9/events';
+  const refused = (stderr: string) => {
+    expect(stderr).toContain('Authorization header');
+    expect(stderr).toContain('forward.headers');
+    expect(stderr).not.toContain('s3cret-pw');
+    expect(stderr).not.toContain('admin');
+  };
+
+  it('createForwarder throws a ConfigError that names the fix, not the credentials', () => {
+    for (const bad of [url, 'https://token@app.internal/events']) {
+      let error: unknown;
+      try {
+        createForwarder({ url: bad });
+      } catch (e) {
+        error = e;
+      }
+      expect(error).toBeInstanceOf(ConfigError);
+      const message = (error as Error).message;
+      expect(message).toContain('forward.headers');
+      expect(message).not.toMatch(/s3cret-pw|admin|token/);
+    }
+  });
+
+  it('run exits 2 before anything starts, from the flag, the config file or the environment', async () => {
+    const events = writeJsonl(dir.path, 'events.jsonl', [createTestEnvelope('daily.data.steps.created').raw]);
+    const fromFlag = await runCli([
+      'run',
+      '--source',
+      `file:${events}`,
+      '--forward',
+      url,
+      '--dedupe',
+      'memory',
+    ]);
+    expect(fromFlag.code).toBe(2);
+    expect(fromFlag.stderr).toContain('forward.url (PARTNER_EVENTS_FORWARD_URL)');
+    refused(fromFlag.stderr);
+
+    const config = join(dir.path, 'worker.yaml');
+    writeFileSync(config, `source: file:${events}\ndedupe: memory\nforward:\n  url: ${url}\n`);
+    const fromFile = await runCli(['run', '--config', config]);
+    expect(fromFile.code).toBe(2);
+    refused(fromFile.stderr);
+
+    const fromEnv = await runCli(['run', '--source', `file:${events}`, '--dedupe', 'memory'], {
+      env: { PARTNER_EVENTS_FORWARD_URL: url },
+    });
+    expect(fromEnv.code).toBe(2);
+    refused(fromEnv.stderr);
+  });
+
+  it('replay --forward exits 2 before reading a record', async () => {
+    const file = writeJsonl(dir.path, 'dead.jsonl', [createTestEnvelope('daily.data.steps.created').raw]);
+    const result = await runCli(['replay', file, '--forward', url, '--dedupe', 'memory']);
+    expect(result.code).toBe(2);
+    refused(result.stderr);
+    expect(result.stdout).toBe('');
   });
 });

@@ -13,7 +13,7 @@ import {
   VerificationError,
 } from '../errors.js';
 import { validateEvent } from '../events/validate.js';
-import { createForwarder, describeUrl } from '../forward.js';
+import { createForwarder, describeUrl, forwardUrlProblem, hasCredentials } from '../forward.js';
 import { createLogger } from '../logger.js';
 import type { HandlerContext } from '../router.js';
 import type { Keyring } from '../secrets.js';
@@ -138,12 +138,13 @@ export async function replayCommand(args: string[]): Promise<number> {
   if (values.forward && values.to) throw new UsageError('give --forward URL or --to TARGET, not both');
   if (!values.forward && !values.to && !values['dry-run'])
     throw new UsageError('replay needs --forward URL or --to TARGET (or --dry-run)');
-  if (values.forward) {
-    try {
-      new URL(values.forward);
-    } catch {
-      throw new UsageError(`--forward is not a URL: ${describeUrl(values.forward)}`);
-    }
+  const forwardProblem = values.forward ? forwardUrlProblem(values.forward) : undefined;
+  if (forwardProblem) {
+    // replay has no option for headers: say so rather than point at a setting it does not read.
+    const hint = hasCredentials(values.forward as string)
+      ? ' (a worker setting: replay sends no extra headers)'
+      : '';
+    throw new UsageError(`--forward ${forwardProblem}${hint}`);
   }
   const attempts = parsePositiveInt('--attempts', values.attempts, 3);
   const concurrency = parsePositiveInt('--concurrency', values.concurrency, 8);
