@@ -44,6 +44,17 @@ export function forwardUrlProblem(url: string): string | undefined {
 const MAX_RETRY_AFTER_MS = 15 * 60_000;
 
 /**
+ * An id from the signed body as a header value: always `encodeURIComponent` of its UTF-8, so any
+ * id can be sent (fetch refuses characters above U+00FF, and Latin-1 bytes would be ambiguous) and
+ * one `decodeURIComponent` always gives it back, `%` included. The ids and types the service
+ * issues are letters, digits, `_`, `-` and `.`, which the encoding leaves as they are. A lone
+ * surrogate (no UTF-8 form) becomes U+FFFD.
+ */
+export function encodeHeaderValue(value: string): string {
+  return encodeURIComponent(value.toWellFormed());
+}
+
+/**
  * What an HTTP answer to a hand-off means. Only a 2xx from the URL asked for delivers: a 3xx is
  * never followed (a 302 would turn the POST into a GET to a login page whose 200 is not the app's;
  * a 307 would re-send the body and the headers to wherever it points), so it fails the attempt.
@@ -81,7 +92,8 @@ export function redirectReason(answer: { status: number; location: string }): st
 
 /**
  * A handler that POSTs the signed body exactly as received to the app, with the headers
- * `partner-event-id`, `partner-event-type` and `partner-event-attempt`. 2xx is success; any
+ * `partner-event-id`, `partner-event-type` (percent-encoded: `encodeHeaderValue`) and
+ * `partner-event-attempt`. 2xx is success; any
  * other status, a timeout or a connection failure fails the attempt (retried with backoff,
  * dead-lettered after the configured attempts); `Retry-After` on 429/503 sets the delay. A
  * redirect is not followed: it fails the attempt as `FORWARD_REDIRECTED` (see `classifyAnswer`).
@@ -102,8 +114,8 @@ export function createForwarder(
         headers: {
           ...options.headers,
           'content-type': 'application/json',
-          'partner-event-id': context.eventId,
-          'partner-event-type': context.eventType,
+          'partner-event-id': encodeHeaderValue(context.eventId),
+          'partner-event-type': encodeHeaderValue(context.eventType),
           'partner-event-attempt': String(context.attempt),
         },
         body: context.rawBody,

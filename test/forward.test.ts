@@ -292,3 +292,52 @@ describe('a forward URL with user:password@', () => {
     expect(result.stdout).toBe('');
   });
 });
+
+describe('forward headers of ids outside Latin-1', () => {
+  it('percent-encodes partner-event-id and partner-event-type, so the event is delivered and the headers decode back', async () => {
+    const app = await startServer((_s, res) => res.writeHead(204).end());
+    const h = harness();
+    try {
+      const forward = createForwarder({ url: app.url });
+      h.consumer.on('*', forward).onUnknown(forward);
+      await h.consumer.start();
+      const plain = createTestEnvelope('daily.data.steps.created');
+      const wide = createTestEnvelope('daily.data.steps.created', {
+        fields: { event_id: 'evt_Łódź 😀 100%25 ü' },
+      });
+      const unknownType = createTestEnvelope('vendor.événement.çalışma.✓');
+      const loneSurrogate = createTestEnvelope('daily.data.steps.created', {
+        fields: { event_id: 'evt_\ud800x' },
+      });
+      for (const e of [plain, wide, unknownType, loneSurrogate]) h.source.send(e.raw);
+      await h.waitFor((r) => r.eventId === loneSurrogate.eventId && r.outcome.kind !== 'retry');
+      await Promise.all(
+        [plain, wide, unknownType].map((e) =>
+          h.waitFor((r) => r.eventId === e.eventId && r.outcome.kind !== 'retry'),
+        ),
+      );
+      expect(h.reports.map((r) => r.outcome)).toEqual(Array(4).fill({ kind: 'ack', result: 'handled' }));
+
+      const byBody = (id: string) => {
+        const seen = app.seen.find((s) => (JSON.parse(s.body) as { event_id: string }).event_id === id);
+        if (!seen) throw new Error(`${id} was not forwarded`);
+        return seen.headers;
+      };
+      const header = (id: string, name: string) => String(byBody(id)[name]);
+      // The ids the service issues are unchanged by the encoding.
+      expect(header(plain.eventId, 'partner-event-id')).toBe(plain.eventId);
+      expect(header(plain.eventId, 'partner-event-type')).toBe('daily.data.steps.created');
+      // Anything else arrives as ASCII and decodes back with decodeURIComponent, `%` included.
+      expect(header(wide.eventId, 'partner-event-id')).toMatch(/^[\x21-\x7e]+$/);
+      expect(decodeURIComponent(header(wide.eventId, 'partner-event-id'))).toBe(wide.eventId);
+      expect(decodeURIComponent(header(unknownType.eventId, 'partner-event-type'))).toBe(
+        'vendor.événement.çalışma.✓',
+      );
+      // A lone surrogate (possible through a JSON escape in the signed body) has no UTF-8 form: U+FFFD.
+      expect(decodeURIComponent(header(loneSurrogate.eventId, 'partner-event-id'))).toBe('evt_\ufffdx');
+    } finally {
+      await h.cleanup();
+      await app.close();
+    }
+  });
+});

@@ -140,7 +140,8 @@ async function startApp(): Promise<{ url: string; received: Map<string, number>;
   const server = createServer((req: IncomingMessage, res: ServerResponse) => {
     req.resume();
     req.on('end', () => {
-      const id = String(req.headers['partner-event-id']);
+      // The forwarder percent-encodes the id (docs/sidecar.md#forward-to-your-app).
+      const id = decodeURIComponent(String(req.headers['partner-event-id']));
       received.set(id, (received.get(id) ?? 0) + 1);
       res.writeHead(204).end();
     });
