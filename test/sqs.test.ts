@@ -40,10 +40,14 @@ afterAll(async () => {
   await server.close();
 });
 
-/** One SQS call as the client sent it (recorded by a middleware). */
+/** One SQS call as the client sent it (recorded by a middleware), and how it ended. */
 interface Call {
   readonly command: string;
   readonly input: Record<string, unknown>;
+  /** Unset while the call is pending; `messages` counts what a receive got. */
+  end?:
+    | { readonly kind: 'answered'; readonly messages: number }
+    | { readonly kind: 'failed'; readonly error: string };
 }
 
 /** A fauxqs client that records every call; `intercept` may rewrite a call and its answer. */
@@ -58,8 +62,17 @@ function recordingClient(
       let input = args.input as Record<string, unknown>;
       const interception = intercept?.(command, input);
       if (interception?.input) input = interception.input;
-      calls.push({ command, input });
-      const result = await next({ ...args, input: input as typeof args.input });
+      const call: Call = { command, input };
+      calls.push(call);
+      let result: Awaited<ReturnType<typeof next>>;
+      try {
+        result = await next({ ...args, input: input as typeof args.input });
+      } catch (error) {
+        call.end = { kind: 'failed', error: error instanceof Error ? error.name : String(error) };
+        throw error;
+      }
+      const { Messages } = result.output as { Messages?: unknown[] };
+      call.end = { kind: 'answered', messages: Messages?.length ?? 0 };
       if (interception?.output) interception.output(result.output as unknown as Record<string, unknown>);
       return result;
     },
@@ -162,6 +175,11 @@ const ackedHandled = (r: SettledReport<SqsMessage>) =>
 /** The `Entries` of a batch call. */
 function entriesOf(call: Call | undefined): ChangeMessageVisibilityBatchRequestEntry[] {
   return (call?.input.Entries ?? []) as ChangeMessageVisibilityBatchRequestEntry[];
+}
+
+/** The ReceiveMessage calls still waiting for their answer. */
+function openPolls(calls: readonly Call[]): Call[] {
+  return calls.filter((c) => c.command === 'ReceiveMessageCommand' && c.end === undefined);
 }
 
 /** Receipt handles of every delete the client sent, batched or not. */
@@ -408,7 +426,7 @@ describe('SqsAdapter through the consumer (fauxqs)', () => {
     expect(deleted).not.toContain(abortedHandle);
   });
 
-  it('graceful stop: returns promptly from a 20 s poll, deletes only what was handled, unfinished messages are visible again', async () => {
+  it('graceful stop: cuts a 20 s poll short, deletes only what was handled, unfinished messages are visible again', async () => {
     const s = await setup({
       adapter: { waitTimeSeconds: 20 },
       consumer: { concurrency: 8, shutdownTimeoutMs: 200 },
@@ -434,11 +452,15 @@ describe('SqsAdapter through the consumer (fauxqs)', () => {
     await vi.waitFor(() => {
       expect(started).toHaveBeenCalledTimes(3);
       expect(s.reports.filter(ackedHandled)).toHaveLength(3);
+      expect(openPolls(s.calls)).toHaveLength(1); // the next 20 s poll, on an empty queue
     });
+    const [poll] = openPolls(s.calls);
 
-    const t0 = performance.now();
     await s.consumer.stop();
-    expect(performance.now() - t0).toBeLessThan(2000);
+    // A poll on an empty queue answers empty only when its 20 s are up: the stop ended it
+    // (aborted, or answered with the messages the stop handed back), it did not wait it out.
+    expect(poll?.end).not.toEqual({ kind: 'answered', messages: 0 });
+    expect(poll?.end).toBeDefined(); // and left no request open
 
     const handled = s.reports.filter(ackedHandled).map((r) => r.message.receiptHandle);
     expect(deletedHandles(s.calls).sort()).toEqual(handled.sort());
@@ -553,7 +575,7 @@ describe('SqsAdapter errors and options', () => {
   });
 
   it('a stop during a long poll returns [] at once', async () => {
-    const { client } = recordingClient();
+    const { client, calls } = recordingClient();
     const adapter = createSqsAdapter({
       queueUrl: (await createQueue(client)).url,
       client,
@@ -561,11 +583,15 @@ describe('SqsAdapter errors and options', () => {
     });
     const stop = new AbortController();
     const waiting = adapter.receive(10, stop.signal);
-    setTimeout(() => stop.abort(), 50);
-    const t0 = performance.now();
+    await vi.waitFor(() => expect(openPolls(calls)).toHaveLength(1));
+    const [poll] = openPolls(calls);
+    stop.abort();
     expect(await waiting).toEqual([]);
-    expect(performance.now() - t0).toBeLessThan(1000);
+    // Nothing is ever sent to this queue: only its 20 s or close() can end the poll, and neither
+    // has happened yet; receive returned while it was still open.
+    expect(poll?.end).toBeUndefined();
     await adapter.close();
+    expect(poll?.end).toMatchObject({ kind: 'failed' }); // close() aborted it
     expect(await adapter.receive(10, new AbortController().signal)).toBeNull();
   });
 
