@@ -282,20 +282,29 @@ describe('StorageQueueAdapter against Azurite', () => {
   it('heartbeats keep a slow message invisible past its visibility timeout; the ack deletes with the newest popReceipt', async () => {
     const queue = await newQueue();
     await queue.sendMessage(createTestEnvelope('daily.data.steps.created').raw);
+    const receive = vi.spyOn(queue, 'receiveMessages');
     const update = vi.spyOn(queue, 'updateMessage');
     const remove = vi.spyOn(queue, 'deleteMessage');
     let release!: () => void;
+    // Beats every 0.5 s for a 2 s visibility: a stall of a second between two beats still keeps it.
     const run = await start(queue, () => new Promise<void>((resolve) => (release = resolve)), {
-      adapter: { visibilityTimeoutSeconds: 1, heartbeatIntervalSeconds: 0.3 },
+      adapter: { visibilityTimeoutSeconds: 2, heartbeatIntervalSeconds: 0.5 },
       consumer: { shutdownTimeoutMs: 100 },
     });
     await vi.waitFor(() => expect(release).toBeDefined(), WAIT);
-    // What is under test is the visibility timeout itself: outlive it, then look.
-    await new Promise((resolve) => setTimeout(resolve, 2_200));
-    // Not redelivered meanwhile (a second delivery would have settled as IN_PROGRESS by now).
-    expect(run.reports).toEqual([]);
+    // What is under test is the visibility timeout itself, on the service's clock: a control
+    // message received now with the same timeout and no heartbeat. Once it is visible again, the
+    // slow message's first timeout (it was received earlier) has run out too.
+    const control = await newQueue();
+    await control.sendMessage('control');
+    expect((await control.receiveMessages({ visibilityTimeout: 2 })).receivedMessageItems).toHaveLength(1);
+    await vi.waitFor(async () => expect(await peekTexts(control)).toEqual(['control']), WAIT);
+    // The slow message is still invisible, and was never received a second time.
     expect(await peekTexts(queue)).toEqual([]);
-    expect(update.mock.calls.length).toBeGreaterThanOrEqual(4);
+    const receipts = await Promise.all(receive.mock.results.map((r) => r.value));
+    expect(receipts.flatMap((r) => r.receivedMessageItems)).toHaveLength(1);
+    expect(run.reports).toEqual([]);
+    expect(update).toHaveBeenCalled();
     release();
     await vi.waitFor(() => expect(run.reports).toHaveLength(1), WAIT);
     expect(run.reports[0]?.outcome).toEqual({ kind: 'ack', result: 'handled' });
@@ -320,18 +329,26 @@ describe('StorageQueueAdapter against Azurite', () => {
     const updateMessage = queue.updateMessage.bind(queue);
     let answer!: () => void;
     const held = new Promise<void>((resolve) => (answer = resolve));
+    let issued: string | undefined;
     const update = vi.spyOn(queue, 'updateMessage').mockImplementationOnce(async (...args) => {
       const response = await updateMessage(...args);
+      issued = response.popReceipt;
       await held;
       return response;
     });
+    const remove = vi.spyOn(queue, 'deleteMessage');
     const beat = adapter.heartbeat(message!);
-    await vi.waitFor(() => expect(update).toHaveBeenCalledOnce(), WAIT);
+    await vi.waitFor(() => expect(issued).toBeDefined(), WAIT);
     const settle = adapter.settle(message!, { kind: 'ack', result: 'handled' });
     await new Promise((resolve) => setImmediate(resolve)); // a settle that did not wait would be on the wire now
     answer();
-    await expect(Promise.all([beat, settle])).resolves.toBeDefined();
-    expect(adapter.popReceiptOf(message!)).not.toBe(received);
+    await expect(beat).resolves.toBeUndefined();
+    await expect(settle).resolves.toBeUndefined(); // a delete with the old receipt is refused
+    expect(update).toHaveBeenCalledOnce();
+    expect(issued).not.toBe(received);
+    expect(remove).toHaveBeenCalledOnce();
+    expect(remove.mock.calls[0]?.[1]).toBe(issued);
+    expect(adapter.popReceiptOf(message!)).toBe(issued);
     expect(await countOf(queue)).toBe(0);
     await expect(adapter.settle(message!, { kind: 'ack', result: 'handled' })).rejects.toThrow(
       /already settled/,
@@ -402,14 +419,14 @@ describe('StorageQueueAdapter against Azurite', () => {
   it('stop ends an idle backoff at once', async () => {
     const queue = await newQueue();
     const receive = vi.spyOn(queue, 'receiveMessages');
-    const run = await start(queue, vi.fn(), {
-      adapter: { pollIntervalMs: 5_000, maxPollIntervalMs: 30_000 },
-    });
+    // A wait of a day: the stop below can only return by cutting it short.
+    const day = 24 * 3600_000;
+    const run = await start(queue, vi.fn(), { adapter: { pollIntervalMs: day, maxPollIntervalMs: day } });
     await vi.waitFor(() => expect(receive).toHaveBeenCalled(), WAIT);
-    await receive.mock.results[0]?.value; // the queue answered empty: the adapter is now in its 5 s wait
-    const began = performance.now();
+    await receive.mock.results[0]?.value; // the queue answered empty: the adapter is now in its wait
+    await new Promise((resolve) => setImmediate(resolve));
     await run.consumer.stop();
-    expect(performance.now() - began).toBeLessThan(1_000);
+    expect(receive).toHaveBeenCalledOnce();
   });
 
   it('concurrency is independent of the batch size', async () => {
@@ -454,15 +471,18 @@ describe('StorageQueueAdapter when the service stalls or is down', () => {
     `DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey=${key};QueueEndpoint=http://127.0.0.1:${port}/devstoreaccount1;`;
 
   /** A TCP server on loopback that accepts connections and never answers: a stalled service. */
-  async function stalledServer(): Promise<{ port: number; close(): Promise<void> }> {
+  async function stalledServer(): Promise<{ port: number; requests(): number; close(): Promise<void> }> {
     const sockets = new Set<Socket>();
+    let requests = 0;
     const server: Server = createServer((socket) => {
       sockets.add(socket);
+      socket.once('data', () => requests++);
       socket.on('close', () => sockets.delete(socket));
     });
     await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
     return {
       port: (server.address() as AddressInfo).port,
+      requests: () => requests,
       close: () =>
         new Promise<void>((resolve) => {
           for (const socket of sockets) socket.destroy();
@@ -480,18 +500,27 @@ describe('StorageQueueAdapter when the service stalls or is down', () => {
         requestTimeoutMs: 300,
         logger: createLogger({ level: 'silent' }),
       });
-      const started = Date.now();
+      // The server never answers and the SDK has no timeout of its own: only ours can end the call.
       const error = await adapter.receive(1, new AbortController().signal).catch((e: unknown) => e);
       expect(error).toBeInstanceOf(AdapterError);
       expect((error as AdapterError).message).toMatch(
         /receive from queue "stalled" failed: no answer within requestTimeoutMs/,
       );
-      expect(Date.now() - started).toBeLessThan(5000);
+      expect((error as AdapterError).details).toMatchObject({ timed_out: true });
 
-      // A stop during a stalled receive ends it at once, without an error.
+      // A stop during a stalled receive ends it at once, without an error (its own timeout is
+      // past the test's: the stop alone can end it).
+      const patient = new StorageQueueAdapter({
+        queueName: 'stalled',
+        connectionString: connectionStringFor(stalled.port),
+        requestTimeoutMs: 600_000,
+        logger: createLogger({ level: 'silent' }),
+      });
+      const before = stalled.requests();
       const stop = new AbortController();
-      const pending = adapter.receive(1, stop.signal);
-      setTimeout(() => stop.abort(), 50);
+      const pending = patient.receive(1, stop.signal);
+      await vi.waitFor(() => expect(stalled.requests()).toBe(before + 1), WAIT);
+      stop.abort();
       await expect(pending).resolves.toEqual([]);
     } finally {
       await stalled.close();
@@ -522,7 +551,7 @@ describe('StorageQueueAdapter when the service stalls or is down', () => {
     }
   });
 
-  it('a refused connection surfaces within seconds (few, quick SDK retries), not minutes', async () => {
+  it('a refused connection surfaces after few, quick SDK retries, not minutes of them', async () => {
     const stalled = await stalledServer();
     const port = stalled.port;
     await stalled.close(); // nothing listens there now: connections are refused
@@ -531,12 +560,37 @@ describe('StorageQueueAdapter when the service stalls or is down', () => {
       connectionString: connectionStringFor(port),
       logger: createLogger({ level: 'silent' }),
     });
-    const started = Date.now();
-    const error = await adapter.receive(1, new AbortController().signal).catch((e: unknown) => e);
+    // The SDK's waits between tries run on fake timers, each fired as soon as it is set and
+    // measured on the fake clock. The refusals are real I/O.
+    vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout', 'Date'] });
+    let error: unknown;
+    const waits: number[] = [];
+    try {
+      let settled = false;
+      void adapter
+        .receive(1, new AbortController().signal)
+        .catch((e: unknown) => {
+          error = e;
+        })
+        .finally(() => {
+          settled = true;
+        });
+      while (!settled) {
+        await new Promise((resolve) => setImmediate(resolve));
+        if (vi.getTimerCount() === 0) continue;
+        const before = Date.now();
+        await vi.runOnlyPendingTimersAsync();
+        waits.push(Date.now() - before);
+      }
+    } finally {
+      vi.useRealTimers();
+    }
     expect(error).toBeInstanceOf(AdapterError);
     expect((error as AdapterError).message).toMatch(/ECONNREFUSED/);
-    // 3 quick tries; with the SDK's default retry policy (4 tries, 4 s doubling) this took 16 s here.
-    expect(Date.now() - started).toBeLessThan(5000);
+    // 3 tries, so 2 waits, each at most maxRetryDelayInMs (2 s); the SDK's default policy waits
+    // 0, 4 and 12 s between 4 tries.
+    expect(waits).toHaveLength(2);
+    expect(Math.max(...waits)).toBeLessThanOrEqual(2000);
   });
 });
 
