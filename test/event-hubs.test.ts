@@ -6,7 +6,7 @@ import { ContainerClient } from '@azure/storage-blob';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
 import {
   createEventHubsAdapter,
-  type EventHubsAdapter,
+  EventHubsAdapter,
   type EventHubsAdapterOptions,
   type EventHubsMessage,
   envelopeText,
@@ -14,6 +14,7 @@ import {
   POISON_PROPERTIES,
   SqliteCheckpointStore,
 } from '../adapters/event-hubs/index.js';
+import { PartitionLane } from '../adapters/event-hubs/partition-lane.js';
 import { SqliteDedupeStore } from '../src/dedupe/sqlite.js';
 import { ConfigError } from '../src/errors.js';
 import { createLogger, silentLogger } from '../src/logger.js';
@@ -45,6 +46,8 @@ const SERVER = process.env.PARTNER_EVENTS_TEST_EVENTHUBS ?? 'broker';
 if (SERVER !== 'broker' && SERVER !== 'emulator') {
   throw new Error(`PARTNER_EVENTS_TEST_EVENTHUBS="${SERVER}": expected broker or emulator`);
 }
+/** What the adapter logs each time the poison hub refuses a copy. */
+const COPY_FAILED = 'copy to the poison hub failed: the partition waits until it succeeds';
 /** The emulator knows only hubs declared at its start (partition count → how many): one per test. */
 const EMULATOR_HUBS = { 1: 2, 2: 7, 4: 1 };
 const WAIT = { timeout: SERVER === 'emulator' ? 30_000 : 10_000, interval: 20 };
@@ -75,6 +78,7 @@ beforeEach(() => {
 afterEach(async () => {
   await Promise.all([...running].map((w) => w.stop()));
   dir.cleanup();
+  vi.restoreAllMocks();
 });
 
 /** A consumer over the Event Hubs adapter with fast retries, files in the temp dir and no logs. */
@@ -121,6 +125,35 @@ async function publish(partitionId: string): Promise<string> {
   const event = createTestEnvelope('daily.data.steps.created');
   await hub.publish(partitionId, event.raw);
   return event.eventId;
+}
+
+/**
+ * Message ids (`<partition>:<sequence number>`) as they pass through every adapter from now on:
+ * `buffered` once the SDK hands them to a partition's lane, `handedOut` once a receive gives them
+ * to the consumer. Between the two an event waits for its turn in the partition.
+ */
+function watchLanes(): { buffered: string[]; handedOut: string[] } {
+  const buffered: string[] = [];
+  const handedOut: string[] = [];
+  const push = PartitionLane.prototype.push;
+  vi.spyOn(PartitionLane.prototype, 'push').mockImplementation(function (
+    this: PartitionLane<object>,
+    events,
+  ) {
+    for (const e of events) buffered.push(`${this.partitionId}:${e.sequenceNumber}`);
+    push.call(this, events);
+  });
+  const receive = EventHubsAdapter.prototype.receive;
+  vi.spyOn(EventHubsAdapter.prototype, 'receive').mockImplementation(async function (
+    this: EventHubsAdapter,
+    max,
+    signal,
+  ) {
+    const batch = await receive.call(this, max, signal);
+    for (const m of batch ?? []) handedOut.push(m.id);
+    return batch;
+  });
+  return { buffered, handedOut };
 }
 
 function handledIds(reports: readonly SettledReport<EventHubsMessage>[]): string[] {
@@ -181,6 +214,7 @@ describe('Event Hubs adapter against the real SDK', () => {
   });
 
   it('keeps order within a partition while other partitions proceed', async () => {
+    const lanes = watchLanes();
     const [first, second] = [await publish('0'), await publish('0')];
     const other = await publish('1');
     let release!: () => void;
@@ -197,8 +231,13 @@ describe('Event Hubs adapter against the real SDK', () => {
 
     await vi.waitFor(() => expect(finished).toContain(other), WAIT);
     expect(started).toContain(first);
-    // The slow first event holds its partition: the second has not started.
-    await new Promise((resolve) => setTimeout(resolve, 100));
+    // The second event is buffered behind the slow first one (the SDK handed both over)…
+    await vi.waitFor(() => expect(lanes.buffered).toContain('0:1'), WAIT);
+    // …while partition 1 goes on: an event published now is handed out and handled, by receives
+    // that looked at partition 0 too (they visit every partition while slots are free).
+    const later = await publish('1');
+    await vi.waitFor(() => expect(finished).toContain(later), WAIT);
+    expect(lanes.handedOut).not.toContain('0:1');
     expect(started).not.toContain(second);
 
     release();
@@ -281,28 +320,39 @@ describe('Event Hubs adapter against the real SDK', () => {
   });
 
   it('holds the partition while the poison hub refuses the copy; a stop leaves the event for next time', async () => {
+    const lanes = watchLanes();
     const poison = await publish('0');
     const after = await publish('0');
     const other = await publish('1');
     const failing = (e: { event_id: string }) => {
       if (e.event_id === poison) throw new Error('poison');
     };
-    const one = await startWorker(failing, { poisonHub: 'no-such-hub' });
+    const logs: { msg: string }[] = [];
+    const logger = createLogger(
+      { level: 'warn' },
+      { write: (line: string) => void logs.push(JSON.parse(line)) },
+    );
+    const one = await startWorker(failing, { poisonHub: 'no-such-hub', logger });
     await vi.waitFor(() => expect(handledIds(one.reports)).toEqual([other]), WAIT);
     await vi.waitFor(() => expect(one.reports.some((r) => r.outcome.kind === 'dead')).toBe(true), WAIT);
-    await new Promise((resolve) => setTimeout(resolve, 300));
-    expect(handledIds(one.reports)).not.toContain(after); // the partition waits for the copy
-    const stopStarted = Date.now();
+    await vi.waitFor(() => expect(logs.map((l) => l.msg)).toContain(COPY_FAILED), WAIT);
+    // The event after the dead one is buffered, yet not handed out while partition 1 goes on
+    // (an event published now is handed out and handled: the partitions were looked at since).
+    expect(lanes.buffered).toContain('0:1');
+    const later = await publish('1');
+    await vi.waitFor(() => expect(handledIds(one.reports)).toContain(later), WAIT);
+    expect(lanes.handedOut).not.toContain('0:1'); // the partition waits for the copy
+    expect(handledIds(one.reports)).toEqual([other, later]);
+    // The copy never succeeds (the hub does not exist): the stop returns without it.
     await one.stop();
-    expect(Date.now() - stopStarted).toBeLessThan(5000); // a failing copy does not hold up the stop
-    expect(await checkpoints(one.adapter)).toEqual({ 1: 0 }); // nothing of partition 0 settled
+    expect(await checkpoints(one.adapter)).toEqual({ 1: 1 }); // nothing of partition 0 settled
 
     const poisonHub = await server.createHub(1);
     const two = await startWorker(failing, { poisonHub: poisonHub.name });
     await vi.waitFor(() => expect(handledIds(two.reports)).toEqual([after]), WAIT);
     expect(await poisonHub.events('0')).toHaveLength(1);
     await two.stop();
-    expect(await checkpoints(two.adapter)).toEqual({ 0: 1, 1: 0 });
+    expect(await checkpoints(two.adapter)).toEqual({ 0: 1, 1: 1 });
   });
 
   it.skipIf(SERVER === 'emulator')(
