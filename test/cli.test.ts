@@ -333,26 +333,30 @@ export default {
   },
 };`,
     );
-    const cli = startCli([
-      'run',
-      '--source',
-      `file:${file}`,
-      '--handlers',
-      handlers,
-      '--dedupe',
-      `sqlite:${join(dir.path, 'dedupe.db')}`,
-      '--concurrency',
-      '1',
-    ]);
-    await vi.waitFor(() => expect(cli.output()).toContain('started'), { timeout: 10_000, interval: 20 });
+    const cli = startCli(
+      [
+        'run',
+        '--source',
+        `file:${file}`,
+        '--handlers',
+        handlers,
+        '--dedupe',
+        `sqlite:${join(dir.path, 'dedupe.db')}`,
+        '--concurrency',
+        '1',
+      ],
+      { env: { LOG_LEVEL: 'info' } }, // its log line says when it has taken the signal
+    );
+    const wait = { timeout: 10_000, interval: 20 };
+    await vi.waitFor(() => expect(cli.output()).toMatch(/^started /m), wait);
     cli.child.kill('SIGTERM');
-    await new Promise((r) => setTimeout(r, 300));
+    await vi.waitFor(() => expect(cli.output()).toContain('stopping: draining in-flight events'), wait);
     writeFileSync(go, '');
     const result = await cli.done;
     expect(result.code).toBe(0);
     // The event in flight finished; no other was started after the signal.
-    expect(result.stdout.match(/started/g)).toHaveLength(1);
-    expect(result.stdout.match(/finished/g)).toHaveLength(1);
+    expect(result.stdout.match(/^started /gm)).toHaveLength(1);
+    expect(result.stdout.match(/^finished /gm)).toHaveLength(1);
   });
 
   it('a handler that kills the worker: after 3 abandoned claims the event is dead-lettered, the rest handled', async () => {
