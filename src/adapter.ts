@@ -18,6 +18,11 @@ export interface RawMessage {
    * code and reason, and the raw message is kept for replay.
    */
   readonly rejection?: { readonly code: VerificationCode; readonly reason: string };
+  /**
+   * Set when `body` is only the first bytes of a message (read back from a truncated dead-letter
+   * record): the whole message's length and SHA-256 (hex), kept in its next dead-letter record.
+   */
+  readonly truncated?: { readonly bytes: number; readonly sha256: string };
 }
 
 /**

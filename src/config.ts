@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { DEFAULT_DEAD_LETTER_MAX_UNVERIFIED_BYTES } from './dead-letter.js';
 import { DEFAULT_LEASE_MS, DEFAULT_RETENTION_MS } from './dedupe/types.js';
 import { DEFAULT_MAX_ENVELOPE_BYTES } from './envelope.js';
 import { ConfigError } from './errors.js';
@@ -50,6 +51,11 @@ export const consumerSettingsSchema = z.strictObject({
   unknownEventTypes: z.enum(['ack', 'dead-letter']).default('ack'),
   /** How long `stop()` waits for in-flight handlers before aborting them. */
   shutdownTimeoutMs: z.number().int().nonnegative().default(30_000),
+  /**
+   * Bytes of a message that never verified (anyone can send one) kept in its dead-letter record;
+   * a longer one keeps this prefix with its length and SHA-256, and cannot be replayed.
+   */
+  deadLetterMaxUnverifiedBytes: positiveInt.default(DEFAULT_DEAD_LETTER_MAX_UNVERIFIED_BYTES),
 });
 
 export type ConsumerSettingsInput = z.input<typeof consumerSettingsSchema>;

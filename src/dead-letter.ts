@@ -1,10 +1,14 @@
+import { createHash } from 'node:crypto';
 import type { RawMessage } from './adapter.js';
 import { appendLine } from './durable-append.js';
-import type { ErrorCode } from './errors.js';
+import { type ErrorCode, VerificationError } from './errors.js';
 
 /**
- * One dead event, as a JSONL line. `raw` is the message exactly as received (base64 when it was
- * not valid UTF-8), so `partner-events replay` can verify the original signature again.
+ * One dead event, as a JSONL line. For a verified event (`event_id` set), `raw` is the message
+ * exactly as received (base64 when it was not valid UTF-8), so `partner-events replay` can verify
+ * the original signature again. A message that never verified is stored bounded, since anyone
+ * can send one: base64 when escaping its text for JSON would cost more than base64 does, and
+ * beyond `maxUnverifiedBytes` only a prefix, with the whole message's length and SHA-256.
  */
 export interface DeadLetterRecord {
   readonly dead_lettered_at: string;
@@ -20,12 +24,26 @@ export interface DeadLetterRecord {
   readonly metadata: Readonly<Record<string, string | number | boolean | null>>;
   readonly raw: string;
   readonly raw_encoding: 'utf8' | 'base64';
+  /** Present (true) when `raw` holds only the first bytes of the message: it cannot be replayed. */
+  readonly raw_truncated?: true;
+  /** With `raw_truncated`: the whole message's length in bytes. */
+  readonly raw_bytes?: number;
+  /** With `raw_truncated`: the SHA-256 of the whole message, hex. */
+  readonly raw_sha256?: string;
 }
 
 export interface DeadLetterSink {
   /** Resolves once the record is durable; the message is acked only after that. */
   write(record: DeadLetterRecord): Promise<void>;
   close(): Promise<void>;
+}
+
+/** How much of a message that never verified a dead-letter record keeps, by default. */
+export const DEFAULT_DEAD_LETTER_MAX_UNVERIFIED_BYTES = 64 * 1024;
+
+export interface DeadLetterRecordOptions {
+  /** Bytes of a message that never verified to keep (default 64 KiB); the rest is cut off. */
+  readonly maxUnverifiedBytes?: number;
 }
 
 // ignoreBOM: keep a leading byte-order mark, so `raw` is exactly the bytes received.
@@ -36,17 +54,21 @@ export function deadLetterRecord(
   failure: { code: ErrorCode; reason: string; eventId?: string | undefined; eventType?: string | undefined },
   source: string,
   now: Date = new Date(),
+  options: DeadLetterRecordOptions = {},
 ): DeadLetterRecord {
-  let raw: string;
-  let rawEncoding: 'utf8' | 'base64' = 'utf8';
-  if (typeof message.body === 'string') {
-    raw = message.body;
+  let stored: StoredRaw;
+  if (failure.eventId !== undefined) {
+    stored = exactRaw(message.body);
   } else {
-    try {
-      raw = utf8.decode(message.body);
-    } catch {
-      raw = Buffer.from(message.body).toString('base64');
-      rawEncoding = 'base64';
+    stored = boundedRaw(message.body, options.maxUnverifiedBytes ?? DEFAULT_DEAD_LETTER_MAX_UNVERIFIED_BYTES);
+    // Already a prefix (a truncated record, replayed): it stays marked as one, describing the original.
+    if (message.truncated) {
+      stored = {
+        ...stored,
+        raw_truncated: true,
+        raw_bytes: message.truncated.bytes,
+        raw_sha256: message.truncated.sha256,
+      };
     }
   }
   return {
@@ -60,9 +82,59 @@ export function deadLetterRecord(
     event_id: failure.eventId ?? null,
     event_type: failure.eventType ?? null,
     metadata: message.metadata ?? {},
-    raw,
-    raw_encoding: rawEncoding,
+    ...stored,
   };
+}
+
+type StoredRaw = Pick<
+  DeadLetterRecord,
+  'raw' | 'raw_encoding' | 'raw_truncated' | 'raw_bytes' | 'raw_sha256'
+>;
+
+/** A verified message, byte for byte: its text, or base64 when it is not valid UTF-8. */
+function exactRaw(body: string | Uint8Array): StoredRaw {
+  if (typeof body === 'string') return { raw: body, raw_encoding: 'utf8' };
+  try {
+    return { raw: utf8.decode(body), raw_encoding: 'utf8' };
+  } catch {
+    return { raw: Buffer.from(body).toString('base64'), raw_encoding: 'base64' };
+  }
+}
+
+/**
+ * A message that never verified, bounded: at most `maxBytes` of it (a longer one keeps a prefix,
+ * its length and SHA-256), as text only while JSON escaping costs no more than base64 (4 bytes
+ * per 3), so the record grows at most 4/3 of what was kept, whatever the bytes are.
+ */
+function boundedRaw(body: string | Uint8Array, maxBytes: number): StoredRaw {
+  const bytes =
+    typeof body === 'string'
+      ? Buffer.from(body, 'utf8')
+      : Buffer.from(body.buffer, body.byteOffset, body.byteLength);
+  const truncated = bytes.length > maxBytes;
+  const kept = truncated ? bytes.subarray(0, maxBytes) : bytes;
+  // A string kept whole stays the string: exact even where it is not well-formed UTF-16.
+  const text = typeof body === 'string' && !truncated ? body : decodeOrUndefined(kept);
+  const base64Length = Math.ceil(kept.length / 3) * 4;
+  const stored: StoredRaw =
+    text !== undefined && Buffer.byteLength(JSON.stringify(text)) - 2 <= base64Length
+      ? { raw: text, raw_encoding: 'utf8' }
+      : { raw: kept.toString('base64'), raw_encoding: 'base64' };
+  if (!truncated) return stored;
+  return {
+    ...stored,
+    raw_truncated: true,
+    raw_bytes: bytes.length,
+    raw_sha256: createHash('sha256').update(bytes).digest('hex'),
+  };
+}
+
+function decodeOrUndefined(bytes: Uint8Array): string | undefined {
+  try {
+    return utf8.decode(bytes);
+  } catch {
+    return undefined;
+  }
 }
 
 /** Whether a parsed JSONL line is a dead-letter record (rather than a bare envelope). */
@@ -75,9 +147,34 @@ export function isDeadLetterRecord(value: unknown): value is DeadLetterRecord {
   );
 }
 
-/** The original message bytes of a dead-letter record. */
-export function rawOfDeadLetter(record: DeadLetterRecord): string | Uint8Array {
+/** Whether the record keeps only a prefix of its message (`raw_truncated`): nothing to verify or replay. */
+export function isTruncatedDeadLetter(record: DeadLetterRecord): boolean {
+  return record.raw_truncated === true;
+}
+
+/** What the record stores in `raw`, decoded: the message, or only its prefix when truncated. */
+export function storedRawOfDeadLetter(record: DeadLetterRecord): string | Uint8Array {
   return record.raw_encoding === 'base64' ? Buffer.from(record.raw, 'base64') : record.raw;
+}
+
+/**
+ * The original message bytes of a dead-letter record. Throws `VerificationError`
+ * `DEAD_LETTER_TRUNCATED` for a record that keeps only a prefix: a prefix is never re-driven.
+ */
+export function rawOfDeadLetter(record: DeadLetterRecord): string | Uint8Array {
+  if (isTruncatedDeadLetter(record)) throw truncatedError(record);
+  return storedRawOfDeadLetter(record);
+}
+
+/** Why a truncated record cannot be verified or replayed, naming what is left of the message. */
+export function truncatedError(record: DeadLetterRecord): VerificationError {
+  const kept = storedRawOfDeadLetter(record);
+  const keptBytes = typeof kept === 'string' ? Buffer.byteLength(kept) : kept.byteLength;
+  return new VerificationError(
+    'DEAD_LETTER_TRUNCATED',
+    `the record keeps only the first ${keptBytes} of the message's ${record.raw_bytes ?? 'unknown'} bytes: it cannot be verified or replayed`,
+    { details: { raw_bytes: record.raw_bytes, raw_sha256: record.raw_sha256 } },
+  );
 }
 
 /**

@@ -11,6 +11,7 @@ export const VERIFICATION_CODES = [
   'BODY_NOT_JSON',
   'ENVELOPE_MISMATCH',
   'ENCODING_MISMATCH',
+  'DEAD_LETTER_TRUNCATED',
 ] as const;
 
 export const ERROR_CODES = [

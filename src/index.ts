@@ -7,9 +7,11 @@ export {
 } from './config.js';
 export {
   type DeadLetterRecord,
+  type DeadLetterRecordOptions,
   type DeadLetterSink,
   deadLetterRecord,
   isDeadLetterRecord,
+  isTruncatedDeadLetter,
   JsonlDeadLetterSink,
   jsonlDeadLetters,
   rawOfDeadLetter,

@@ -167,6 +167,8 @@ export class Consumer<M extends RawMessage = RawMessage> {
             eventType: result.eventType,
           },
           this.#source?.name ?? 'library',
+          new Date(),
+          { maxUnverifiedBytes: this.settings.deadLetterMaxUnverifiedBytes },
         ),
       );
       return result;

@@ -1,15 +1,26 @@
 /**
  * Dead-letter records at the edges: a write cut short by a real file-size limit, torn lines,
- * and every other place that appends a line with a durability claim (replay's failed file,
- * `--to file:`).
+ * every other place that appends a line with a durability claim (replay's failed file,
+ * `--to file:`), and the bounded records of messages that never verified.
  */
 import { execFileSync } from 'node:child_process';
-import { readFileSync, writeFileSync } from 'node:fs';
+import { createHash } from 'node:crypto';
+import { existsSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import fc from 'fast-check';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import { deadLetterRecord, JsonlDeadLetterSink } from '../src/dead-letter.js';
+import {
+  deadLetterRecord,
+  JsonlDeadLetterSink,
+  rawOfDeadLetter,
+  storedRawOfDeadLetter,
+} from '../src/dead-letter.js';
 import { appendLine } from '../src/durable-append.js';
-import { createTestEnvelope } from '../src/testing.js';
+import { VerificationError } from '../src/errors.js';
+import { silentLogger } from '../src/logger.js';
+import { createTestEnvelope, TEST_SIGNING_SECRET } from '../src/testing.js';
+import { createConsumer } from '../src/worker.js';
+import { configFromEnv, resolveWorkerConfig } from '../src/worker-config.js';
 import { runCli, startApp, startCli } from './support/cli.js';
 import { tempDir } from './support/harness.js';
 import { jsonLines } from './support/records.js';
@@ -124,5 +135,239 @@ describe('appending a line', () => {
     const result = await runCli(['replay', input, '--to', `file:${target}`, '--dedupe', 'memory', '--json']);
     expect(result.code).toBe(0);
     expect(readFileSync(target, 'utf8')).toBe(`{"torn":\n${event.raw}\n`);
+  });
+});
+
+/** Hostile bodies an unauthenticated sender may POST, `size` bytes each (± one character). */
+function hostileBodies(size: number): { name: string; body: Buffer }[] {
+  const repeat = (unit: string | Buffer) => {
+    const bytes = Buffer.isBuffer(unit) ? unit : Buffer.from(unit, 'utf8');
+    return Buffer.concat(Array.from({ length: Math.floor(size / bytes.length) }, () => bytes));
+  };
+  return [
+    { name: '0x01 bytes', body: repeat(Buffer.from([0x01])) },
+    { name: 'NUL bytes', body: repeat(Buffer.from([0x00])) },
+    { name: 'quotes', body: repeat('"') },
+    { name: 'backslashes', body: repeat('\\') },
+    { name: 'U+2028', body: repeat('\u2028') },
+    { name: 'invalid UTF-8', body: repeat(Buffer.from([0xff, 0xc3])) },
+    { name: 'emoji', body: repeat('🩺') },
+    { name: 'DEL and C1 controls', body: repeat('\u007f\u0085') },
+    { name: 'JSON-ish with escapes', body: repeat('{"a":"\\u0001\\"\\\\"}\n') },
+    { name: 'plain text', body: repeat('plain text ') },
+  ];
+}
+
+describe('dead letters of messages that never verified are stored bounded', () => {
+  it('through the HTTP ingress, dead.jsonl grows at most 1.4 bytes per byte received, for any input', async () => {
+    const app = await startApp();
+    const deadLetter = join(dir.path, 'dead.jsonl');
+    const cli = startCli(
+      ['run', '--source', 'http://127.0.0.1:0/events', '--forward', app.url, '--dedupe', 'memory'],
+      { env: { LOG_LEVEL: 'info', PARTNER_EVENTS_DEAD_LETTER: deadLetter } },
+    );
+    try {
+      const logs = () => jsonLines(cli.output());
+      await vi.waitFor(() => expect(logs().some((l) => l.msg === 'consumer started')).toBe(true), {
+        timeout: 15_000,
+        interval: 25,
+      });
+      const ingress = String(logs().find((l) => l.msg === 'listening for envelopes')?.ingress);
+      const sizeOf = () => (existsSync(deadLetter) ? statSync(deadLetter).size : 0);
+      const ratios: Record<string, number> = {};
+      // Below the 64 KiB prefix (kept whole), and up to the ingress's 1 MiB limit (a prefix kept).
+      for (const size of [60 * 1024, 1024 * 1024 - 4]) {
+        for (const { name, body } of hostileBodies(size)) {
+          const before = sizeOf();
+          const res = await fetch(ingress, { method: 'POST', body });
+          expect(res.status, name).toBe(422);
+          const grown = sizeOf() - before;
+          ratios[`${name} ${body.length}`] = grown / body.length;
+          expect(grown, `${name}, ${body.length} bytes`).toBeLessThanOrEqual(1.4 * body.length);
+        }
+      }
+      const worst = Object.entries(ratios).sort(([, a], [, b]) => b - a)[0];
+      console.info(`RELIABILITY ${JSON.stringify({ scenario: 'dead-letter-growth', worst, ratios })}`);
+      const records = wholeLines(deadLetter);
+      expect(records).toHaveLength(20);
+      for (const record of records) {
+        expect(record.event_id).toBeNull();
+        if (record.raw_truncated) {
+          expect(record.raw_bytes).toBeGreaterThan(64 * 1024);
+          expect(record.raw_sha256).toMatch(/^[0-9a-f]{64}$/);
+        }
+      }
+      expect(records.filter((r) => r.raw_truncated)).toHaveLength(10);
+    } finally {
+      cli.child.kill('SIGTERM');
+      await cli.done;
+      await app.close();
+    }
+  });
+
+  it('keeps the bytes exactly up to the limit, as text only while JSON escaping costs no more than base64 (property)', () => {
+    const limit = 256;
+    const byteArb = fc.oneof(
+      fc.uint8Array({ maxLength: 600 }),
+      fc
+        .array(fc.constantFrom('\u0001', '"', '\\', '\u2028', '🩺', 'a', '\n', '\u007f', 'é'), {
+          maxLength: 300,
+        })
+        .map((parts) => new Uint8Array(Buffer.from(parts.join(''), 'utf8'))),
+    );
+    fc.assert(
+      fc.property(byteArb, fc.boolean(), (bytes, asString) => {
+        const received = Buffer.from(bytes);
+        const body = asString ? received.toString('utf8') : bytes;
+        const receivedBytes = asString ? Buffer.from(body as string, 'utf8') : received;
+        const record = deadLetterRecord(
+          { id: 'm', body, attempt: 1 },
+          { code: 'MALFORMED_ENVELOPE', reason: 'x' },
+          'test',
+          new Date(0),
+          { maxUnverifiedBytes: limit },
+        );
+        const kept = Math.min(receivedBytes.length, limit);
+        // Growth: never more than base64 of what was kept.
+        expect(Buffer.byteLength(JSON.stringify(record.raw)) - 2).toBeLessThanOrEqual(
+          Math.ceil(kept / 3) * 4,
+        );
+        const stored = Buffer.from(storedRawOfDeadLetter(record));
+        expect(stored.equals(receivedBytes.subarray(0, kept))).toBe(true);
+        if (receivedBytes.length > limit) {
+          expect(record).toMatchObject({
+            raw_truncated: true,
+            raw_bytes: receivedBytes.length,
+            raw_sha256: createHash('sha256').update(receivedBytes).digest('hex'),
+          });
+          expect(() => rawOfDeadLetter(record)).toThrow(VerificationError);
+        } else {
+          expect(record.raw_truncated).toBeUndefined();
+          expect(Buffer.from(rawOfDeadLetter(record)).equals(receivedBytes)).toBe(true);
+        }
+      }),
+      { numRuns: 300 },
+    );
+  });
+
+  it('a verified event keeps its full raw message, byte for byte, whatever its size and characters', async () => {
+    const path = join(dir.path, 'dead.jsonl');
+    const consumer = createConsumer({
+      secrets: [{ id: 'current', secret: TEST_SIGNING_SECRET }],
+      deadLetter: path,
+      logger: silentLogger(),
+    }).on('*', async () => undefined);
+    // Signed, 300 KB of quotes, backslashes, U+2028 and emoji, dead for its schema.
+    const event = createTestEnvelope('daily.data.steps.created', {
+      fields: { user_id: 'not-a-guid', padding: '"\\\u2028🩺'.repeat(40_000) },
+    });
+    const received = Buffer.from(event.raw, 'utf8');
+    expect(received.length).toBeGreaterThan(300_000);
+    const result = await consumer.process({ id: 'm1', body: new Uint8Array(received), attempt: 1 });
+    expect(result.outcome).toMatchObject({ kind: 'dead', code: 'SCHEMA_INVALID' });
+    await consumer.stop();
+    const [record] = wholeLines(path);
+    expect(record).toMatchObject({ event_id: event.eventId, raw_encoding: 'utf8' });
+    expect(record?.raw_truncated).toBeUndefined();
+    expect(Buffer.from(String(record?.raw), 'utf8').equals(received)).toBe(true);
+  });
+
+  it('the limit is a consumer setting (deadLetterMaxUnverifiedBytes) and a sidecar key with its variable', async () => {
+    const path = join(dir.path, 'dead.jsonl');
+    const consumer = createConsumer({
+      secrets: [{ id: 'current', secret: TEST_SIGNING_SECRET }],
+      deadLetter: path,
+      logger: silentLogger(),
+      deadLetterMaxUnverifiedBytes: 10,
+    });
+    await consumer.process({ id: 'm1', body: 'not an envelope at all', attempt: 1 });
+    await consumer.stop();
+    expect(wholeLines(path)[0]).toMatchObject({ raw: 'not an env', raw_truncated: true, raw_bytes: 22 });
+
+    const config = resolveWorkerConfig({
+      file: { source: 'file:x', forward: 'http://127.0.0.1:9/' },
+      env: configFromEnv({ PARTNER_EVENTS_DEAD_LETTER_MAX_UNVERIFIED_BYTES: '2048' }),
+    });
+    expect(config.deadLetterMaxUnverifiedBytes).toBe(2048);
+    expect(resolveWorkerConfig({ file: { source: 'file:x', forward: 'http://127.0.0.1:9/' } })).toMatchObject(
+      {
+        deadLetterMaxUnverifiedBytes: 65536,
+      },
+    );
+  });
+});
+
+describe('a truncated dead letter is refused, never re-driven', () => {
+  /** A valid, signed 100 KB event recorded as SIGNATURE_MISMATCH (say, before a rotation reached us). */
+  function truncatedRecordFile() {
+    const event = createTestEnvelope('daily.data.steps.created', { fields: { note: 'z'.repeat(100_000) } });
+    const record = deadLetterRecord(
+      { id: 'sqs-1', body: event.raw, attempt: 10 },
+      { code: 'SIGNATURE_MISMATCH', reason: 'signature does not match any active signing secret' },
+      'sqs:q',
+    );
+    expect(record.raw_truncated).toBe(true);
+    const file = join(dir.path, 'dead.jsonl');
+    writeFileSync(file, `${JSON.stringify(record)}\n`);
+    return { file, event, record };
+  }
+
+  it('replay reports it as DEAD_LETTER_TRUNCATED and keeps it truncated in the failed file', async () => {
+    const { file, event, record } = truncatedRecordFile();
+    const app = await startApp();
+    try {
+      const failed = join(dir.path, 'failed.jsonl');
+      const result = await runCli([
+        'replay',
+        file,
+        '--forward',
+        app.url,
+        '--dedupe',
+        'memory',
+        '--dead-letter',
+        failed,
+        '--json',
+      ]);
+      expect(result.code).toBe(1);
+      expect(app.received).toEqual([]);
+      const [line, summary] = jsonLines(result.stdout);
+      expect(line).toMatchObject({
+        outcome: 'dead',
+        code: 'DEAD_LETTER_TRUNCATED',
+        recorded_code: 'SIGNATURE_MISMATCH',
+      });
+      expect(String(line?.reason)).toContain(`of the message's ${Buffer.byteLength(event.raw)} bytes`);
+      expect(summary).toMatchObject({ rejected: 1, failure_codes: { DEAD_LETTER_TRUNCATED: 1 } });
+      const [again] = wholeLines(failed);
+      expect(again).toMatchObject({
+        code: 'DEAD_LETTER_TRUNCATED',
+        raw_truncated: true,
+        raw_bytes: record.raw_bytes,
+        raw_sha256: record.raw_sha256,
+        raw: record.raw,
+      });
+
+      const dry = await runCli([
+        'replay',
+        file,
+        '--forward',
+        app.url,
+        '--dedupe',
+        'memory',
+        '--dry-run',
+        '--json',
+      ]);
+      expect(jsonLines(dry.stdout)[0]).toMatchObject({ action: 'reject', code: 'DEAD_LETTER_TRUNCATED' });
+      expect(dry.code).toBe(1);
+    } finally {
+      await app.close();
+    }
+  });
+
+  it('verify reports it as DEAD_LETTER_TRUNCATED', async () => {
+    const { file } = truncatedRecordFile();
+    const result = await runCli(['verify', file, '--json']);
+    expect(result.code).toBe(1);
+    expect(jsonLines(result.stdout)[0]).toMatchObject({ ok: false, code: 'DEAD_LETTER_TRUNCATED' });
   });
 });

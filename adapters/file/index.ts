@@ -1,7 +1,13 @@
 import { createReadStream } from 'node:fs';
 import { createInterface } from 'node:readline';
 import type { RawMessage, SourceAdapter } from '../../src/adapter.js';
-import { envelopeOfDeadLetter, isDeadLetterRecord } from '../../src/dead-letter.js';
+import {
+  envelopeOfDeadLetter,
+  isDeadLetterRecord,
+  isTruncatedDeadLetter,
+  storedRawOfDeadLetter,
+  truncatedError,
+} from '../../src/dead-letter.js';
 import type { Outcome } from '../../src/outcome.js';
 import { Waker } from '../../src/wake.js';
 
@@ -123,10 +129,9 @@ function toMessage(line: string, lineNo: number, readAt: number): FileMessage | 
       record = undefined;
     }
     if (isDeadLetterRecord(record)) {
-      return {
+      const message = {
         id,
         line: lineNo,
-        body: envelopeOfDeadLetter(record),
         attempt: 1,
         enqueuedAt: parseTime(record.enqueued_at) ?? readAt,
         metadata: {
@@ -135,6 +140,16 @@ function toMessage(line: string, lineNo: number, readAt: number): FileMessage | 
           original_message_id: record.message_id,
           original_dead_lettered_at: record.dead_lettered_at,
         },
+      };
+      if (!isTruncatedDeadLetter(record)) return { ...message, body: envelopeOfDeadLetter(record) };
+      // Only a prefix was kept: rejected as such (never re-driven), and still marked truncated
+      // in the dead-letter record it becomes.
+      const { code, message: reason } = truncatedError(record);
+      return {
+        ...message,
+        body: storedRawOfDeadLetter(record),
+        rejection: { code, reason },
+        truncated: { bytes: record.raw_bytes ?? 0, sha256: record.raw_sha256 ?? '' },
       };
     }
   }

@@ -345,6 +345,8 @@ async function dryRun(options: ReplayArgs, keyring: Keyring, dedupe: DedupeStore
       counts.total++;
       let row: Record<string, unknown>;
       try {
+        // A record the file source already refused (a truncated dead letter) is never verified.
+        if (message.rejection) throw new VerificationError(message.rejection.code, message.rejection.reason);
         const verified = verifyMessage(message.body, {
           keyring,
           checkAge: options.checkAge,

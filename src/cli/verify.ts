@@ -1,4 +1,9 @@
-import { envelopeOfDeadLetter, isDeadLetterRecord } from '../dead-letter.js';
+import {
+  envelopeOfDeadLetter,
+  isDeadLetterRecord,
+  isTruncatedDeadLetter,
+  truncatedError,
+} from '../dead-letter.js';
 import { parseEnvelope } from '../envelope.js';
 import { errorMessage, VerificationError } from '../errors.js';
 import { validateEvent } from '../events/validate.js';
@@ -100,14 +105,19 @@ function verifyLine(
   let raw: string | Uint8Array = text;
   let enqueuedAt: number | undefined;
   if (text.includes('"dead_lettered_at"')) {
+    let record: unknown;
     try {
-      const record: unknown = JSON.parse(text);
-      if (isDeadLetterRecord(record)) {
-        raw = envelopeOfDeadLetter(record);
-        if (record.enqueued_at !== null) enqueuedAt = Date.parse(record.enqueued_at);
-      }
+      record = JSON.parse(text);
     } catch {
       // verified as an envelope below, which reports it as malformed
+    }
+    if (isDeadLetterRecord(record)) {
+      if (isTruncatedDeadLetter(record)) {
+        const { code, message } = truncatedError(record);
+        return { line, ok: false, event_id: null, event_type: null, code, key_id: null, reason: message };
+      }
+      raw = envelopeOfDeadLetter(record);
+      if (record.enqueued_at !== null) enqueuedAt = Date.parse(record.enqueued_at);
     }
   }
   try {

@@ -8,14 +8,17 @@
  *
  * fast-check prints its seed and the shrunk batch on failure; the seed comes from RELIABILITY_SEED.
  */
+import { createHash } from 'node:crypto';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { MemorySource } from '../../adapters/memory/index.js';
 import {
+  DEFAULT_DEAD_LETTER_MAX_UNVERIFIED_BYTES,
   type DeadLetterRecord,
   type DeadLetterSink,
   deadLetterRecord,
   rawOfDeadLetter,
+  storedRawOfDeadLetter,
 } from '../../src/dead-letter.js';
 import { MemoryDedupeStore } from '../../src/dedupe/memory.js';
 import { ERROR_CODES } from '../../src/errors.js';
@@ -167,20 +170,38 @@ class Target {
   }
 
   /**
-   * After a batch: every dead letter holds the exact bytes received (replay needs them); count
-   * forged messages acked; then forget the batch (deep-nesting and megabyte cases add up).
+   * After a batch: every dead letter holds the exact bytes received (replay needs them), except
+   * that one that never verified keeps at most a 64 KiB prefix (with the length and SHA-256) and
+   * is never more than 4/3 of what it keeps (amplification); count forged messages acked; then
+   * forget the batch (deep-nesting and megabyte cases add up).
    */
   settleBatch(): string[] {
     const problems: string[] = [];
     for (const record of this.deadRecords) {
       const original = this.cases.get(record.message_id)?.raw;
-      const kept = rawOfDeadLetter(record);
       if (original === undefined) {
         problems.push(`dead letter ${record.message_id} for a message never sent`);
         continue;
       }
       const originalBytes = Buffer.from(original);
-      const keptBytes = Buffer.from(kept);
+      const stored = Buffer.from(storedRawOfDeadLetter(record));
+      if (
+        record.event_id === null &&
+        Buffer.byteLength(JSON.stringify(record.raw)) - 2 > Math.ceil(stored.length / 3) * 4
+      ) {
+        problems.push(`dead letter ${record.message_id} (${record.raw_encoding}) grows beyond base64`);
+      }
+      if (record.raw_truncated) {
+        const described =
+          record.event_id === null &&
+          stored.length === DEFAULT_DEAD_LETTER_MAX_UNVERIFIED_BYTES &&
+          originalBytes.subarray(0, stored.length).equals(stored) &&
+          record.raw_bytes === originalBytes.length &&
+          record.raw_sha256 === createHash('sha256').update(originalBytes).digest('hex');
+        if (!described) problems.push(`truncated dead letter ${record.message_id} misdescribes the bytes`);
+        continue;
+      }
+      const keptBytes = Buffer.from(rawOfDeadLetter(record));
       if (originalBytes.equals(keptBytes)) continue;
       problems.push(
         `dead letter ${record.message_id} (${record.raw_encoding}) does not hold the bytes received`,
