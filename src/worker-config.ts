@@ -2,6 +2,7 @@ import { readFileSync } from 'node:fs';
 import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
 import { eventHubsTuningSchema } from '../adapters/event-hubs/tuning.js';
+import { httpIngressTuningSchema } from '../adapters/http/options.js';
 import { sqsTuningSchema } from '../adapters/sqs/options.js';
 import { storageQueueTuningSchema } from '../adapters/storage-queue/settings.js';
 import { consumerSettingsSchema } from './config.js';
@@ -46,6 +47,8 @@ export const workerConfigSchema = consumerSettingsSchema
     storageQueue: storageQueueTuningSchema.strict().prefault({}),
     /** Event Hubs adapter options (docs/adapters/event-hubs.md), for an Event Hubs source. */
     eventHubs: eventHubsTuningSchema.prefault({}),
+    /** HTTP ingress options (docs/sidecar.md#http-ingress), for an `http://` source. */
+    http: httpIngressTuningSchema.prefault({}),
     ops: z
       .strictObject({
         /** Port of /healthz, /readyz and /metrics; 0 picks a free one, -1 turns them off. */

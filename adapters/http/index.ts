@@ -17,6 +17,19 @@ export interface HttpIngressOptions {
   readonly maxBodyBytes?: number;
   /** Requests waiting for the worker beyond this get 503 BUSY + Retry-After (backpressure). Default 1000. */
   readonly maxPending?: number;
+  /**
+   * Bytes of request bodies held at once, counting bodies still being received and bodies waiting
+   * for the worker. A request that would go beyond gets 503 BUSY + Retry-After; the rest of its
+   * body is read and thrown away. Default `maxPending × maxBodyBytes` (what waiting bodies alone
+   * could hold before); at least `maxBodyBytes`.
+   */
+  readonly maxBufferedBytes?: number;
+  /**
+   * A request's body must arrive in full within this many ms of its headers; a slower one gets 408
+   * and its connection is closed (Node's own limit is 300 s). Default 10 000, the spec's
+   * acknowledgment timeout.
+   */
+  readonly bodyTimeoutMs?: number;
 }
 
 export interface HttpMessage extends RawMessage {
@@ -28,8 +41,10 @@ export interface HttpMessage extends RawMessage {
  * `/events`. The response is the outcome: 200 = acked (handled, duplicate or ignored), 503 with
  * `Retry-After` = retry later (also when too many requests wait: code BUSY), 422 = rejected and
  * dead-lettered, with `{ outcome, code, reason }` as JSON. A body over the size limit gets 413
- * before it is read: not dead-lettered (the sender still holds it), nothing buffered. HTTP has no broker enqueue time, so age is measured
- * against the clock at receipt.
+ * before it is read: not dead-lettered (the sender still holds it), nothing buffered. Memory is
+ * bounded for any number of senders: bodies being received or waiting share `maxBufferedBytes`
+ * (beyond: 503 BUSY), and a body that takes longer than `bodyTimeoutMs` gets 408. HTTP has no
+ * broker enqueue time, so age is measured against the clock at receipt.
  */
 export class HttpIngressSource implements SourceAdapter<HttpMessage> {
   readonly name: string;
@@ -38,7 +53,11 @@ export class HttpIngressSource implements SourceAdapter<HttpMessage> {
   readonly #path: string;
   readonly #maxBodyBytes: number;
   readonly #maxPending: number;
+  readonly #maxBufferedBytes: number;
+  readonly #bodyTimeoutMs: number;
   readonly #pending: HttpMessage[] = [];
+  /** Bytes of the bodies being received and of those in `#pending`. */
+  #bufferedBytes = 0;
   readonly #waker = new Waker();
   #seq = 0;
   #closed = false;
@@ -47,6 +66,13 @@ export class HttpIngressSource implements SourceAdapter<HttpMessage> {
     this.#path = options.path ?? '/events';
     this.#maxBodyBytes = options.maxBodyBytes ?? DEFAULT_MAX_ENVELOPE_BYTES;
     this.#maxPending = options.maxPending ?? 1000;
+    this.#maxBufferedBytes = options.maxBufferedBytes ?? this.#maxPending * this.#maxBodyBytes;
+    this.#bodyTimeoutMs = options.bodyTimeoutMs ?? 10_000;
+    if (this.#maxBufferedBytes < this.#maxBodyBytes) {
+      throw new ConfigError(
+        `HTTP ingress maxBufferedBytes (${this.#maxBufferedBytes}) is below maxBodyBytes (${this.#maxBodyBytes}): the largest bodies could never be received`,
+      );
+    }
     this.#server = createServer((req, res) => this.#accept(req, res));
     this.name = 'http';
   }
@@ -79,13 +105,20 @@ export class HttpIngressSource implements SourceAdapter<HttpMessage> {
     return this.#server.listening;
   }
 
+  /** Bytes of request bodies held now: being received, or waiting for the worker. */
+  get bufferedBytes(): number {
+    return this.#bufferedBytes;
+  }
+
   async receive(max: number, signal: AbortSignal): Promise<readonly HttpMessage[] | null> {
     while (this.#pending.length === 0) {
       if (this.#closed) return null;
       if (signal.aborted) return [];
       await this.#waker.wait(signal);
     }
-    return this.#pending.splice(0, max);
+    const taken = this.#pending.splice(0, max);
+    for (const message of taken) this.#bufferedBytes -= message.body.length;
+    return taken;
   }
 
   async settle(message: HttpMessage, outcome: Outcome): Promise<void> {
@@ -107,6 +140,7 @@ export class HttpIngressSource implements SourceAdapter<HttpMessage> {
     this.#closed = true;
     // Requests the worker never took: tell their senders to come back (nothing is lost).
     for (const message of this.#pending.splice(0)) {
+      this.#bufferedBytes -= message.body.length;
       message.response.setHeader('retry-after', '5');
       reply(message.response, 503, { outcome: 'retry', code: 'SHUTDOWN', reason: 'shutting down' });
     }
@@ -137,12 +171,42 @@ export class HttpIngressSource implements SourceAdapter<HttpMessage> {
     if (declared > this.#maxBodyBytes) return void this.#tooLarge(req, res, declared);
     const chunks: Buffer[] = [];
     let size = 0;
+    // Every byte held is counted in #bufferedBytes until the worker takes the body, or until the
+    // request ends any other way (refused, timed out, the sender went away).
+    const release = () => {
+      this.#bufferedBytes -= size;
+      size = 0;
+      chunks.length = 0;
+    };
+    // The whole body must arrive in time, even once answered (its rest is then read and thrown
+    // away): past the deadline, a sender is answered 408, or disconnected if answered already.
+    const deadline = setTimeout(() => {
+      release();
+      if (res.writableEnded) req.socket.destroy();
+      else this.#timedOut(res);
+    }, this.#bodyTimeoutMs);
     req.on('data', (chunk: Buffer) => {
+      if (res.writableEnded) return; // already answered: the rest is discarded
+      if (size + chunk.length > this.#maxBodyBytes) {
+        const seen = size + chunk.length;
+        release();
+        clearTimeout(deadline); // #tooLarge closes the connection
+        return void this.#tooLarge(req, res, seen);
+      }
+      if (this.#bufferedBytes + chunk.length > this.#maxBufferedBytes) {
+        release();
+        return void this.#full(res);
+      }
       size += chunk.length;
-      if (size > this.#maxBodyBytes) return void this.#tooLarge(req, res, size);
+      this.#bufferedBytes += chunk.length;
       chunks.push(chunk);
     });
+    req.on('close', () => {
+      clearTimeout(deadline);
+      if (!req.complete) release(); // the sender went away mid-body
+    });
     req.on('end', () => {
+      clearTimeout(deadline);
       if (res.writableEnded) return;
       const body = Buffer.concat(chunks);
       this.#pending.push({
@@ -153,6 +217,34 @@ export class HttpIngressSource implements SourceAdapter<HttpMessage> {
         metadata: { remote: req.socket.remoteAddress ?? null },
       });
       this.#waker.wake();
+    });
+    // Declared too large for what is left: refused before its body is read (then thrown away).
+    if (this.#bufferedBytes + declared > this.#maxBufferedBytes) this.#full(res);
+  }
+
+  /**
+   * Bodies already take `maxBufferedBytes`: come back later. The connection stays open, so the
+   * sender reads this answer (a close while it still sends could reset it unread); the rest of the
+   * body is discarded and the body deadline still applies.
+   */
+  #full(res: ServerResponse): void {
+    if (res.writableEnded) return;
+    res.setHeader('retry-after', '1');
+    reply(res, 503, {
+      outcome: 'retry',
+      code: 'BUSY',
+      reason: `request bodies already hold ${this.#maxBufferedBytes} bytes: retry`,
+    });
+  }
+
+  /** The body did not arrive within `bodyTimeoutMs` (a slow or stalled sender). The connection is closed. */
+  #timedOut(res: ServerResponse): void {
+    if (res.writableEnded) return;
+    res.setHeader('connection', 'close');
+    reply(res, 408, {
+      outcome: 'retry',
+      code: 'BODY_TIMEOUT',
+      reason: `body not received within ${this.#bodyTimeoutMs}ms: send it again`,
     });
   }
 

@@ -66,8 +66,13 @@ export async function openSource(config: WorkerConfig, logger: Logger): Promise<
       port: Number(url.port || 80),
       path: url.pathname === '/' ? '/events' : url.pathname,
       maxBodyBytes: config.maxEnvelopeBytes,
-      // Bounded memory: at most this many bodies wait for a free handler slot.
+      // Bounded memory: at most this many bodies wait for a free handler slot, and bodies being
+      // received or waiting hold at most maxBufferedBytes (by default, what those could hold).
       maxPending: config.concurrency * 8,
+      ...(config.http.maxBufferedBytes === undefined
+        ? {}
+        : { maxBufferedBytes: config.http.maxBufferedBytes }),
+      bodyTimeoutMs: config.http.bodyTimeoutMs,
     });
     logger.info({ ingress: source.url }, 'listening for envelopes');
     return source;
