@@ -284,6 +284,17 @@ describe('a forward URL with user:password@', () => {
     refused(fromEnv.stderr);
   });
 
+  it('--to http(s) with user:password@ exits 2 too, instead of printing the error of fetch, password included', async () => {
+    const trigger = await runCli(['trigger', 'daily.data.steps.created', '--to', url]);
+    expect(trigger.code).toBe(2);
+    expect(trigger.stderr).toContain('user:password@');
+    expect(trigger.stderr).not.toMatch(/s3cret-pw|admin/);
+    const file = writeJsonl(dir.path, 'dead.jsonl', [createTestEnvelope('daily.data.steps.created').raw]);
+    const replay = await runCli(['replay', file, '--to', url, '--dedupe', 'memory']);
+    expect(replay.code).toBe(2);
+    expect(replay.stderr).not.toMatch(/s3cret-pw|admin/);
+  });
+
   it('replay --forward exits 2 before reading a record', async () => {
     const file = writeJsonl(dir.path, 'dead.jsonl', [createTestEnvelope('daily.data.steps.created').raw]);
     const result = await runCli(['replay', file, '--forward', url, '--dedupe', 'memory']);

@@ -1,7 +1,7 @@
 import { isSqsSpec } from '../../adapters/sqs/url.js';
 import { appendLine } from '../durable-append.js';
 import { AdapterError, ConfigError, errorMessage } from '../errors.js';
-import { classifyAnswer, describeUrl, redirectReason } from '../forward.js';
+import { classifyAnswer, describeUrl, hasCredentials, redirectReason } from '../forward.js';
 import type { Target } from '../target.js';
 import { UsageError } from './common.js';
 
@@ -61,6 +61,12 @@ export async function openTarget(spec: string): Promise<Target> {
       url = new URL(spec);
     } catch {
       throw new UsageError(`--to is not a URL: ${describeUrl(spec)}`);
+    }
+    // fetch refuses such a URL on every send, with an error that quotes it, password and all.
+    if (hasCredentials(spec)) {
+      throw new UsageError(
+        `--to ${describeUrl(spec)} must not contain a user name or password (user:password@)`,
+      );
     }
     return httpTarget(url);
   }
