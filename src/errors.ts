@@ -1,3 +1,5 @@
+import { redact } from './redact.js';
+
 /**
  * Every error the kit raises carries a stable string `code`. Codes are part of the public
  * contract: they appear in logs, metrics, dead-letter records and CLI output.
@@ -145,12 +147,15 @@ export class ForwardError extends PartnerEventsError {
   }
 }
 
-/** The message of anything thrown, for logs (never its stack). */
+/**
+ * The message of anything thrown, for logs (never its stack), redacted: other libraries quote
+ * URLs whole (fetch: "Request cannot be constructed from a URL that includes credentials: …").
+ */
 export function errorMessage(error: unknown): string {
   // A refused connection to a host with several addresses is an AggregateError with no message.
   if (error instanceof AggregateError && error.errors.length > 0) {
     return error.errors.map(errorMessage).join('; ');
   }
-  if (error instanceof Error) return error.message || error.name;
-  return String(error);
+  if (error instanceof Error) return redact(error.message || error.name);
+  return redact(String(error));
 }

@@ -1,4 +1,5 @@
 import { ConfigError, ForwardError, RetryLaterError } from './errors.js';
+import { redactUrl } from './redact.js';
 import type { HandlerContext } from './router.js';
 
 export interface ForwardOptions {
@@ -10,14 +11,9 @@ export interface ForwardOptions {
   readonly headers?: Readonly<Record<string, string>>;
 }
 
-/** Where forwards go, for messages and logs: origin and path only (no credentials, no query). */
+/** Where forwards go, for messages and logs: scheme, host and path only (`redactUrl`). */
 export function describeUrl(url: string): string {
-  try {
-    const u = new URL(url);
-    return `${u.origin}${u.pathname}`;
-  } catch {
-    return '(invalid url)';
-  }
+  return redactUrl(url);
 }
 
 /** Why a forward URL with `user:password@` is refused, and what to do instead. */

@@ -1,12 +1,12 @@
 import { readFileSync } from 'node:fs';
-import { parse as parseYaml } from 'yaml';
+import { parseDocument } from 'yaml';
 import { z } from 'zod';
 import { eventHubsTuningSchema } from '../adapters/event-hubs/tuning.js';
 import { httpIngressTuningSchema } from '../adapters/http/options.js';
 import { sqsTuningSchema } from '../adapters/sqs/options.js';
 import { storageQueueTuningSchema } from '../adapters/storage-queue/settings.js';
 import { consumerSettingsSchema } from './config.js';
-import { ConfigError, errorMessage } from './errors.js';
+import { ConfigError } from './errors.js';
 import { FORWARD_URL_CREDENTIALS, hasCredentials } from './forward.js';
 
 const forwardSchema = z.strictObject({
@@ -128,7 +128,7 @@ export function configFromEnv(env: NodeJS.ProcessEnv): Plain {
   return out;
 }
 
-/** Reads a YAML or JSON config file (by extension; YAML is a superset, so both parse). */
+/** Reads a YAML or JSON config file (one parser: JSON is YAML 1.2's flow syntax). */
 export function configFromFile(path: string): Plain {
   let text: string;
   try {
@@ -136,18 +136,57 @@ export function configFromFile(path: string): Plain {
   } catch (cause) {
     throw new ConfigError(`cannot read config file ${path}`, { cause });
   }
-  let doc: unknown;
-  try {
-    doc = path.endsWith('.json') ? JSON.parse(text) : parseYaml(text);
-  } catch (cause) {
-    throw new ConfigError(
-      `config file ${path} is not valid ${path.endsWith('.json') ? 'JSON' : 'YAML'}: ${errorMessage(cause)}`,
-    );
-  }
+  const doc = path.endsWith('.json')
+    ? parseJsonConfig(text, `config file ${path} is not valid JSON`)
+    : parseYamlConfig(text, `config file ${path} is not valid YAML`);
   if (doc === null || doc === undefined) return {};
   if (typeof doc !== 'object' || Array.isArray(doc))
     throw new ConfigError(`config file ${path} must hold a mapping of settings`);
   return doc as Plain;
+}
+
+// A syntax error in a config file names its kind and its line and column, never the text there:
+// the file holds `forward.headers`, and a line quoted with a caret could be a bearer token.
+
+/** YAML: the yaml library's error code (e.g. `MISSING_CHAR`); its warnings, which quote the line, are not printed. */
+function parseYamlConfig(text: string, invalid: string): unknown {
+  const doc = parseDocument(text, { prettyErrors: false, logLevel: 'silent' });
+  const [error] = doc.errors;
+  if (error) throw new ConfigError(`${invalid}: ${error.code} at ${lineAndColumn(text, error.pos[0])}`);
+  try {
+    return doc.toJS();
+  } catch {
+    // An alias without its anchor (or too many aliases); the message would quote the alias.
+    throw new ConfigError(`${invalid}: an alias (*name) could not be resolved`);
+  }
+}
+
+/**
+ * JSON: V8 names the place of most errors ("… in JSON at position 26") but quotes the text
+ * around an unexpected token; then the yaml parser (JSON is YAML's flow syntax) finds the place.
+ */
+function parseJsonConfig(text: string, invalid: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch (error) {
+    const message = error instanceof Error ? error.message : '';
+    const at = / in JSON at position (\d+)/.exec(message);
+    if (at)
+      throw new ConfigError(
+        `${invalid}: ${message.slice(0, at.index)} at ${lineAndColumn(text, Number(at[1]))}`,
+      );
+    if (!message.includes('"')) throw new ConfigError(`${invalid}: ${message}`); // quotes nothing
+    const [yamlError] = parseDocument(text, { prettyErrors: false, logLevel: 'silent' }).errors;
+    if (yamlError)
+      throw new ConfigError(`${invalid}: ${yamlError.code} at ${lineAndColumn(text, yamlError.pos[0])}`);
+    throw new ConfigError(`${invalid}: a value is not JSON (strings need double quotes)`);
+  }
+}
+
+function lineAndColumn(text: string, offset: number): string {
+  const before = text.slice(0, offset);
+  const line = before.split('\n').length;
+  return `line ${line}, column ${offset - before.lastIndexOf('\n')}`;
 }
 
 /**

@@ -2,6 +2,7 @@ import type { Checkpoint, CheckpointStore, PartitionOwnership, TokenCredential }
 import type { Logger } from 'pino';
 import { definedOnly } from '../../src/defined.js';
 import { ConfigError } from '../../src/errors.js';
+import { redact } from '../../src/redact.js';
 import { DEFAULT_CHECKPOINT_PATH, EventHubsAdapter } from './adapter.js';
 import { type EventHubsTuning, HUB_NAME } from './tuning.js';
 
@@ -29,10 +30,10 @@ export function eventHubsSourceFromCli(
   options: { logger?: Logger; consumerGroup?: string; tuning?: EventHubsTuning } = {},
   env: NodeJS.ProcessEnv = process.env,
 ): EventHubsAdapter {
-  if (!spec.startsWith(CLI_SCHEME)) throw new ConfigError(`not an Event Hubs source: "${spec}"`);
+  if (!spec.startsWith(CLI_SCHEME)) throw new ConfigError(`not an Event Hubs source: "${redact(spec)}"`);
   const eventHubName = spec.slice(CLI_SCHEME.length);
   if (!HUB_NAME.test(eventHubName)) {
-    throw new ConfigError(`--source ${spec}: expected ${CLI_SCHEME}HUB_NAME`);
+    throw new ConfigError(`--source ${redact(spec)}: expected ${CLI_SCHEME}HUB_NAME`);
   }
   const connectionString = env[ENV_CONNECTION_STRING];
   const namespace = env[ENV_NAMESPACE];
@@ -40,7 +41,7 @@ export function eventHubsSourceFromCli(
   if (!connectionString) {
     if (!namespace) {
       throw new ConfigError(
-        `--source ${spec} needs ${ENV_CONNECTION_STRING}, or ${ENV_NAMESPACE} with an Azure identity`,
+        `--source ${redact(spec)} needs ${ENV_CONNECTION_STRING}, or ${ENV_NAMESPACE} with an Azure identity`,
       );
     }
     credential = lazyDefaultCredential();
@@ -76,11 +77,15 @@ function checkpointStoreFromEnv(
       return lazyBlobCheckpointStore({ url: target, credential: credential() });
     const storage = env[ENV_STORAGE_CONNECTION_STRING];
     if (!storage) {
-      throw new ConfigError(`${ENV_CHECKPOINT_STORE}=blob:${target} needs ${ENV_STORAGE_CONNECTION_STRING}`);
+      throw new ConfigError(
+        `${ENV_CHECKPOINT_STORE}=blob:${redact(target)} needs ${ENV_STORAGE_CONNECTION_STRING}`,
+      );
     }
     return lazyBlobCheckpointStore({ connectionString: storage, container: target });
   }
-  throw new ConfigError(`${ENV_CHECKPOINT_STORE}="${spec}": expected sqlite:PATH or blob:CONTAINER_URL`);
+  throw new ConfigError(
+    `${ENV_CHECKPOINT_STORE}="${redact(spec)}": expected sqlite:PATH or blob:CONTAINER_URL`,
+  );
 }
 
 /** `DefaultAzureCredential`, imported when the first token is needed (an optional peer dependency). */

@@ -1,5 +1,6 @@
 import { EventHubProducerClient } from '@azure/event-hubs';
 import { AdapterError, ConfigError, errorMessage } from '../../src/errors.js';
+import { redact } from '../../src/redact.js';
 import type { Delivery, OutgoingMessage, Target } from '../../src/target.js';
 import { CLI_SCHEME, ENV_CONNECTION_STRING } from './cli.js';
 import { HUB_NAME } from './tuning.js';
@@ -12,10 +13,10 @@ import { HUB_NAME } from './tuning.js';
 export function eventHubsTargetFromCli(spec: string, env: NodeJS.ProcessEnv = process.env): Target {
   const hub = spec.slice(CLI_SCHEME.length);
   if (!spec.startsWith(CLI_SCHEME) || !HUB_NAME.test(hub)) {
-    throw new ConfigError(`--to ${spec}: expected ${CLI_SCHEME}HUB_NAME`);
+    throw new ConfigError(`--to ${redact(spec)}: expected ${CLI_SCHEME}HUB_NAME`);
   }
   const connectionString = env[ENV_CONNECTION_STRING];
-  if (!connectionString) throw new ConfigError(`--to ${spec} needs ${ENV_CONNECTION_STRING}`);
+  if (!connectionString) throw new ConfigError(`--to ${redact(spec)} needs ${ENV_CONNECTION_STRING}`);
   let producer: EventHubProducerClient;
   try {
     producer = new EventHubProducerClient(connectionString, hub);

@@ -2,6 +2,7 @@ import type { SQSClient } from '@aws-sdk/client-sqs';
 import type { Logger } from 'pino';
 import { z } from 'zod';
 import { ConfigError } from '../../src/errors.js';
+import { redact } from '../../src/redact.js';
 
 /** SQS caps: messages per receive and entries per batch call. */
 export const SQS_MAX_BATCH = 10;
@@ -154,7 +155,7 @@ export function resolveSqsOptions(options: SqsAdapterOptions): ResolvedSqsOption
 /** The last path segment of a queue URL (`…/123456789012/orders.fifo` → `orders.fifo`). */
 export function queueNameOf(queueUrl: string): string {
   const path = new URL(queueUrl).pathname.replace(/\/+$/, '');
-  return path.slice(path.lastIndexOf('/') + 1) || queueUrl;
+  return path.slice(path.lastIndexOf('/') + 1) || redact(queueUrl);
 }
 
 export function isFifoQueue(queueUrl: string): boolean {

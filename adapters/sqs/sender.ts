@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { SendMessageCommand, SQSClient } from '@aws-sdk/client-sqs';
 import { AdapterError, ConfigError, errorMessage } from '../../src/errors.js';
+import { redact } from '../../src/redact.js';
 import type { Delivery, OutgoingMessage, Target } from '../../src/target.js';
 import { isFifoQueue, queueNameOf } from './options.js';
 import { cliClientConfig } from './url.js';
@@ -17,7 +18,8 @@ export function cliClient(queueUrl: string): SQSClient {
  */
 export function sqsTargetFromCli(spec: string): Target {
   const queueUrl = spec.startsWith('sqs:') ? spec.slice('sqs:'.length) : spec;
-  if (!/^https?:\/\/[^/]+\/.+/.test(queueUrl)) throw new ConfigError(`--to ${spec}: expected sqs:QUEUE_URL`);
+  if (!/^https?:\/\/[^/]+\/.+/.test(queueUrl))
+    throw new ConfigError(`--to ${redact(spec)}: expected sqs:QUEUE_URL`);
   const client = cliClient(queueUrl);
   const fifo = isFifoQueue(queueUrl);
   const name = `sqs:${queueNameOf(queueUrl)}`;

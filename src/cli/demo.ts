@@ -7,12 +7,13 @@ import { styleText } from 'node:util';
 import { MemorySource } from '../../adapters/memory/index.js';
 import { sqliteDedupe } from '../dedupe/sqlite.js';
 import { EVENT_TYPES } from '../events/schemas.js';
-import { createForwarder } from '../forward.js';
+import { createForwarder, describeUrl } from '../forward.js';
 import { silentLogger } from '../logger.js';
 import type { Outcome } from '../outcome.js';
 import { createTestEnvelope } from '../testing.js';
 import { createConsumer, type SettledReport } from '../worker.js';
 import { parse, writeLine } from './common.js';
+import { terminalSafe } from './terminal-safe.js';
 
 const DEMO_SECRET = 'demo-signing-secret-for-the-local-demo-only';
 
@@ -42,7 +43,7 @@ export async function demoCommand(args: string[]): Promise<number> {
   writeLine(styleText('bold', 'partner-health-events demo'));
   writeLine(`  queue      in-process (stands in for SQS / Event Hubs / Storage Queue)`);
   writeLine(`  dedupe     SQLite ${join(dir, 'dedupe.db')}`);
-  writeLine(`  your app   ${app.url} (a stand-in HTTP service)`);
+  writeLine(`  your app   ${describeUrl(app.url)} (a stand-in HTTP service)`);
   writeLine(`  dead       ${deadLetterPath}`);
   writeLine('');
 
@@ -108,8 +109,9 @@ function printOutcome(
   stats: { handled: number; duplicates: number; dead: number; retries: number },
 ) {
   const { outcome } = report;
-  const type = (report.eventType ?? '(unverified)').padEnd(36);
-  const id = report.eventId ? `${report.eventId.slice(0, 16)}…` : '';
+  // Escaped piece by piece: the label's own colours are escape sequences too.
+  const type = terminalSafe(report.eventType ?? '(unverified)').padEnd(36);
+  const id = report.eventId ? `${terminalSafe(report.eventId.slice(0, 16))}…` : '';
   const label = labelOf(outcome);
   if (outcome.kind === 'ack') {
     if (outcome.result === 'duplicate') stats.duplicates++;
@@ -120,11 +122,11 @@ function printOutcome(
   } else if (outcome.kind === 'retry') {
     stats.retries++;
     writeLine(
-      `  ${label} ${type} ${id.padEnd(18)} ${outcome.code} (attempt ${report.attempt}): ${outcome.reason}`,
+      `  ${label} ${type} ${id.padEnd(18)} ${outcome.code} (attempt ${report.attempt}): ${terminalSafe(outcome.reason)}`,
     );
   } else {
     stats.dead++;
-    writeLine(`  ${label} ${type} ${id.padEnd(18)} ${outcome.code}: ${outcome.reason}`);
+    writeLine(`  ${label} ${type} ${id.padEnd(18)} ${outcome.code}: ${terminalSafe(outcome.reason)}`);
   }
 }
 

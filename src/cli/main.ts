@@ -1,9 +1,11 @@
 import { isPartnerEventsError } from '../errors.js';
+import { redact } from '../redact.js';
 import { UsageError, writeLine } from './common.js';
 import { DEMO_USAGE, demoCommand } from './demo.js';
 import { REPLAY_USAGE, replayCommand } from './replay.js';
 import { RUN_USAGE, runCommand } from './run.js';
 import { SIMULATE_USAGE, simulateCommand } from './simulate.js';
+import { terminalSafeLines } from './terminal-safe.js';
 import { TRIGGER_USAGE, triggerCommand } from './trigger.js';
 import { VERIFY_USAGE, verifyCommand } from './verify.js';
 
@@ -43,12 +45,14 @@ async function main(argv: string[]): Promise<number> {
     return await command.run(args);
   } catch (error) {
     if (error instanceof UsageError) {
-      process.stderr.write(`partner-events ${name}: ${error.message}\n\n${command.usage}\n`);
+      process.stderr.write(
+        `partner-events ${name}: ${terminalSafeLines(error.message)}\n\n${command.usage}\n`,
+      );
       return 2;
     }
     if (isPartnerEventsError(error)) {
       // Config and secret problems: a clear line with the code, no stack.
-      process.stderr.write(`partner-events ${name}: [${error.code}] ${error.message}\n`);
+      process.stderr.write(`partner-events ${name}: [${error.code}] ${terminalSafeLines(error.message)}\n`);
       return 2;
     }
     throw error;
@@ -60,9 +64,9 @@ main(process.argv.slice(2)).then(
     process.exitCode = code;
   },
   (error: unknown) => {
-    process.stderr.write(
-      `partner-events: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`,
-    );
+    // Not a message of ours: it may quote a URL or a server's answer.
+    const text = error instanceof Error ? (error.stack ?? error.message) : String(error);
+    process.stderr.write(`partner-events: ${terminalSafeLines(redact(text))}\n`);
     process.exitCode = 1;
   },
 );

@@ -1,3 +1,5 @@
+import { terminalSafe } from './terminal-safe.js';
+
 /** What became of one replayed record. */
 export type ReplayOutcome = 'forwarded' | 'injected' | 'duplicate' | 'rejected' | 'failed';
 
@@ -59,14 +61,16 @@ export class ReplayTally {
   }
 }
 
+/** Rows as aligned lines; cells are made terminal-safe first (a recorded code is the record's word). */
 export function formatTable(rows: readonly (readonly string[])[]): string[] {
+  const safe = rows.map((row) => row.map(terminalSafe));
   const widths: number[] = [];
-  for (const row of rows) {
+  for (const row of safe) {
     row.forEach((cell, i) => {
       widths[i] = Math.max(widths[i] ?? 0, cell.length);
     });
   }
-  return rows.map((row) =>
+  return safe.map((row) =>
     row
       .map((cell, i) => cell.padEnd(widths[i] ?? 0))
       .join('  ')

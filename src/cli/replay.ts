@@ -1,4 +1,4 @@
-import { existsSync } from 'node:fs';
+import { accessSync, constants, statSync } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
 import type { FileMessage } from '../../adapters/file/index.js';
 import { JsonlDeadLetterSink } from '../dead-letter.js';
@@ -15,6 +15,7 @@ import {
 import { validateEvent } from '../events/validate.js';
 import { createForwarder, describeUrl, forwardUrlProblem, hasCredentials } from '../forward.js';
 import { createLogger } from '../logger.js';
+import { redact } from '../redact.js';
 import type { HandlerContext } from '../router.js';
 import type { Keyring } from '../secrets.js';
 import { verifyMessage } from '../verify.js';
@@ -35,6 +36,7 @@ import { forcingDedupe, injectingDedupe } from './replay-dedupe.js';
 import { type ReplayOutcome, ReplayTally } from './replay-report.js';
 import { ReplaySource, recordedCode } from './replay-source.js';
 import { openTarget, TARGET_FORMS, type Target } from './targets.js';
+import { terminalSafe } from './terminal-safe.js';
 
 export const REPLAY_USAGE = `Usage: partner-events replay FILE (--forward URL | --to TARGET) [options]
 
@@ -134,7 +136,7 @@ export async function replayCommand(args: string[]): Promise<number> {
   }
   const file = positionals[0];
   if (!file || positionals.length > 1) throw new UsageError('replay needs exactly one FILE');
-  if (!existsSync(file)) throw new UsageError(`no such file: ${file}`);
+  checkReplayFile(file);
   if (values.forward && values.to) throw new UsageError('give --forward URL or --to TARGET, not both');
   if (!values.forward && !values.to && !values['dry-run'])
     throw new UsageError('replay needs --forward URL or --to TARGET (or --dry-run)');
@@ -290,15 +292,34 @@ export async function replayCommand(args: string[]): Promise<number> {
   } else {
     const how = target ? `${o.injected} injected into ${target.name}` : `${o.forwarded} forwarded`;
     writeLine(
-      `replayed ${summary.total} events from ${file}: ${how}, ${summary.duplicates} duplicates, ` +
-        `${summary.rejected} rejected, ${summary.failed} failed${interrupted ? ' (interrupted)' : ''}`,
+      terminalSafe(
+        `replayed ${summary.total} events from ${file}: ${how}, ${summary.duplicates} duplicates, ` +
+          `${summary.rejected} rejected, ${summary.failed} failed${interrupted ? ' (interrupted)' : ''}`,
+      ),
     );
     if (summary.filtered_out > 0) writeLine(`left out by the filters: ${summary.filtered_out} records`);
     if (summary.forced > 0) writeLine(`--force re-drove ${summary.forced} events already marked done`);
     if (summary.total > 0) for (const line of tally.table()) writeLine(line);
-    if (summary.dead_letter_file) writeLine(`events that still fail: ${summary.dead_letter_file}`);
+    if (summary.dead_letter_file)
+      writeLine(terminalSafe(`events that still fail: ${summary.dead_letter_file}`));
   }
   return summary.failed === 0 && summary.rejected === 0 && !interrupted ? 0 : 1;
+}
+
+/** FILE must be a readable file: a directory or an unreadable path is a usage error, as for verify. */
+function checkReplayFile(file: string): void {
+  let isDirectory: boolean;
+  try {
+    isDirectory = statSync(file).isDirectory();
+  } catch {
+    throw new UsageError(`no such file: ${file}`);
+  }
+  if (isDirectory) throw new UsageError(`${file} is a directory: replay reads one JSONL file`);
+  try {
+    accessSync(file, constants.R_OK);
+  } catch (error) {
+    throw new UsageError(`cannot read ${file}: ${errorMessage(error)}`);
+  }
 }
 
 /**
@@ -327,7 +348,8 @@ async function dryRun(options: ReplayArgs, keyring: Keyring, dedupe: DedupeStore
   const source = new ReplaySource({ path: options.file, filter: options.filter });
   const signal = new AbortController().signal;
   const injecting = options.to !== undefined;
-  const target = options.to ?? (options.forward ? describeUrl(options.forward) : null);
+  // Printed on every line and in the summary: never the raw value (a SAS URL's sig=, userinfo).
+  const target = options.to ? redact(options.to) : options.forward ? describeUrl(options.forward) : null;
   const send = injecting ? 'inject' : 'forward';
   const counts = {
     total: 0,
@@ -396,8 +418,10 @@ async function dryRun(options: ReplayArgs, keyring: Keyring, dedupe: DedupeStore
       } else {
         const to = target && (row.action === 'forward' || row.action === 'inject') ? ` -> ${target}` : '';
         writeLine(
-          `line ${message.line}: ${row.action}${row.forced ? ' (forced)' : ''}${row.code ? ` ${row.code}` : ''} ${row.event_type ?? ''} ${row.event_id ?? ''}`.trimEnd() +
-            to,
+          terminalSafe(
+            `line ${message.line}: ${row.action}${row.forced ? ' (forced)' : ''}${row.code ? ` ${row.code}` : ''} ${row.event_type ?? ''} ${row.event_id ?? ''}`.trimEnd() +
+              to,
+          ),
         );
       }
     }

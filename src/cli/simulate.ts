@@ -5,6 +5,7 @@ import { signingSecret, typesMatching } from './publish.js';
 import { parsePercent, parseRate } from './rate.js';
 import { type DeliveryRecord, RETRY_SCHEDULE_SECONDS, simulate } from './simulator.js';
 import { openTarget, TARGET_FORMS } from './targets.js';
+import { terminalSafe } from './terminal-safe.js';
 
 /** A run publishes at most this many new events (rate × duration). */
 const MAX_EVENTS = 1_000_000;
@@ -142,7 +143,7 @@ export async function simulateCommand(args: string[]): Promise<number> {
   } else {
     const k = result.byKind;
     writeLine(
-      `simulate: ${result.sent} messages to ${target.name} in ${(result.durationMs / 1000).toFixed(1)} s (seed ${seed}): ` +
+      `simulate: ${result.sent} messages to ${terminalSafe(target.name)} in ${(result.durationMs / 1000).toFixed(1)} s (seed ${seed}): ` +
         `${k.first} events, ${k.duplicate} duplicates, ${k.retry} retries, ${k.forged} forged, ${k.stale} stale; ` +
         `${result.errors} send errors${result.abandoned > 0 ? `, ${result.abandoned} deliveries not sent in time` : ''}` +
         `${result.interrupted ? ' (interrupted)' : ''}`,

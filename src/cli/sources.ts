@@ -5,6 +5,7 @@ import { HttpIngressSource } from '../../adapters/http/index.js';
 import { isSqsSpec } from '../../adapters/sqs/url.js';
 import type { SourceAdapter } from '../adapter.js';
 import { ConfigError } from '../errors.js';
+import { redact } from '../redact.js';
 import type { WorkerConfig } from '../worker-config.js';
 import { UsageError } from './common.js';
 
@@ -77,5 +78,5 @@ export async function openSource(config: WorkerConfig, logger: Logger): Promise<
     logger.info({ ingress: source.url }, 'listening for envelopes');
     return source;
   }
-  throw new UsageError(`unknown --source "${spec}": expected ${SOURCE_FORMS}`);
+  throw new UsageError(`unknown --source "${redact(spec)}": expected ${SOURCE_FORMS}`);
 }

@@ -2,6 +2,7 @@ import { isSqsSpec } from '../../adapters/sqs/url.js';
 import { appendLine } from '../durable-append.js';
 import { AdapterError, ConfigError, errorMessage } from '../errors.js';
 import { classifyAnswer, describeUrl, hasCredentials, redirectReason } from '../forward.js';
+import { redact } from '../redact.js';
 import type { Target } from '../target.js';
 import { UsageError } from './common.js';
 
@@ -70,7 +71,7 @@ export async function openTarget(spec: string): Promise<Target> {
     }
     return httpTarget(url);
   }
-  throw new UsageError(`unknown --to "${spec}": expected ${TARGET_FORMS}`);
+  throw new UsageError(`unknown --to "${redact(spec)}": expected ${TARGET_FORMS}`);
 }
 
 function fileTarget(path: string): Target {

@@ -5,6 +5,7 @@ import { ENV_SECRET } from '../secrets.js';
 import { parse, UsageError, writeLine } from './common.js';
 import { catalogType, parseSetting, setPath, signEvent, signingSecret } from './publish.js';
 import { openTarget, TARGET_FORMS } from './targets.js';
+import { terminalSafe, terminalSafeLines } from './terminal-safe.js';
 
 export const TRIGGER_USAGE = `Usage: partner-events trigger EVENT_TYPE [--to TARGET] [--set field=value ...] [options]
 
@@ -49,7 +50,8 @@ export async function triggerCommand(args: string[]): Promise<number> {
   const event: Record<string, unknown> = { ...sampleEvent(type) };
   for (const { path, value } of settings) setPath(event, path, value);
   const validation = validateEvent(String(event.event_type), event);
-  if (!validation.ok) process.stderr.write(`warning: sending it anyway: ${validation.reason}\n`);
+  if (!validation.ok)
+    process.stderr.write(`warning: sending it anyway: ${terminalSafe(validation.reason)}\n`);
   const signed = signEvent(event, secret, signedAt);
   const envelope: unknown = JSON.parse(signed.raw);
 
@@ -60,7 +62,7 @@ export async function triggerCommand(args: string[]): Promise<number> {
       );
     } else {
       writeLine(signed.raw);
-      process.stderr.write(`${signed.eventType} ${signed.eventId} (not sent: no --to)\n`);
+      process.stderr.write(`${terminalSafe(`${signed.eventType} ${signed.eventId}`)} (not sent: no --to)\n`);
     }
     return 0;
   }
@@ -82,13 +84,16 @@ export async function triggerCommand(args: string[]): Promise<number> {
         }),
       );
     } else {
-      writeLine(signed.eventId);
-      process.stderr.write(`${signed.eventType} ${signed.eventId} -> ${target.name}: ${delivery.detail}\n`);
+      // The detail quotes the target's answer (an ingress's `code`): not ours to print raw.
+      writeLine(terminalSafe(signed.eventId));
+      process.stderr.write(
+        `${terminalSafe(`${signed.eventType} ${signed.eventId} -> ${target.name}: ${delivery.detail}`)}\n`,
+      );
     }
     return delivery.accepted ? 0 : 1;
   } catch (error) {
     if (!isPartnerEventsError(error) || error.code !== 'ADAPTER_ERROR') throw error;
-    process.stderr.write(`partner-events trigger: [${error.code}] ${error.message}\n`);
+    process.stderr.write(`partner-events trigger: [${error.code}] ${terminalSafeLines(error.message)}\n`);
     return 1;
   } finally {
     await target.close();

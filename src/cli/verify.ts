@@ -10,6 +10,7 @@ import { validateEvent } from '../events/validate.js';
 import type { Keyring } from '../secrets.js';
 import { verifyMessage } from '../verify.js';
 import { loadKeyring, parse, readInput, UsageError, writeLine } from './common.js';
+import { terminalSafe } from './terminal-safe.js';
 
 export const VERIFY_USAGE = `Usage: partner-events verify [FILE|-] [--json] [--now UNIX] [--strict-age] [--no-age] [--secrets-file PATH]
 
@@ -144,14 +145,17 @@ function claimedIds(raw: string | Uint8Array): { event_id: string | null; event_
 }
 
 function printTable(results: VerifyLineResult[]): void {
-  const rows = results.map((r) => [
-    String(r.line),
-    r.ok ? 'ok' : 'FAILED',
-    r.code ?? r.warning ?? '-',
-    r.key_id ?? '-',
-    r.event_type ?? '-',
-    r.event_id ?? '-',
-  ]);
+  // The ids of a failed line are the envelope's unsigned copies: anyone could have written them.
+  const rows = results.map((r) =>
+    [
+      String(r.line),
+      r.ok ? 'ok' : 'FAILED',
+      r.code ?? r.warning ?? '-',
+      r.key_id ?? '-',
+      r.event_type ?? '-',
+      r.event_id ?? '-',
+    ].map(terminalSafe),
+  );
   const header = ['LINE', 'RESULT', 'CODE', 'KEY', 'EVENT TYPE', 'EVENT ID'];
   const widths = header.map((h, i) => Math.max(h.length, ...rows.map((row) => (row[i] ?? '').length)));
   const format = (row: string[]) =>
