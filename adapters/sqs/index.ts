@@ -404,11 +404,13 @@ export function createSqsAdapter(options: SqsAdapterOptions): SqsAdapter {
 }
 
 /**
- * Whether a `--source` value names an SQS queue: `sqs:<queue URL>` (any endpoint), or an AWS
- * queue URL such as `https://sqs.eu-west-1.amazonaws.com/123456789012/partner-events`.
+ * Whether a `--source` value names an SQS queue for certain: `sqs:<queue URL>` (any endpoint), an
+ * AWS queue URL such as `https://sqs.eu-west-1.amazonaws.com/123456789012/partner-events`, or a
+ * URL on (or, with a `/ACCOUNT/QUEUE` path, beside) the endpoint `AWS_ENDPOINT_URL_SQS` /
+ * `AWS_ENDPOINT_URL` names.
  */
-export function isSqsSourceSpec(spec: string): boolean {
-  return isSqsSpec(spec);
+export function isSqsSourceSpec(spec: string, env: NodeJS.ProcessEnv = process.env): boolean {
+  return isSqsSpec(spec, env);
 }
 
 /**

@@ -2,7 +2,7 @@ import { existsSync } from 'node:fs';
 import type { Logger } from 'pino';
 import { FileSource } from '../../adapters/file/index.js';
 import { HttpIngressSource } from '../../adapters/http/index.js';
-import { isSqsSpec } from '../../adapters/sqs/url.js';
+import { ambiguousQueueUrlMessage, HTTP_INGRESS_PREFIX, sqsReadingOf } from '../../adapters/sqs/url.js';
 import type { SourceAdapter } from '../adapter.js';
 import { ConfigError } from '../errors.js';
 import { redact } from '../redact.js';
@@ -11,10 +11,10 @@ import { UsageError } from './common.js';
 
 export const SOURCE_FORMS = [
   'file:PATH',
-  'an SQS queue URL (https://sqs.REGION.amazonaws.com/ACCOUNT/QUEUE) or sqs:QUEUE_URL for a local endpoint',
+  'an SQS queue URL (https://sqs.REGION.amazonaws.com/ACCOUNT/QUEUE; a local one when AWS_ENDPOINT_URL_SQS is set) or sqs:QUEUE_URL',
   'azure-storage-queue:QUEUE (AZURE_STORAGE_CONNECTION_STRING) or https://ACCOUNT.queue.core.windows.net/QUEUE[?SAS]',
   'azure-event-hubs:HUB (EVENTHUBS_CONNECTION_STRING)',
-  'http://HOST:PORT/PATH (HTTP ingress: listen for POSTed envelopes)',
+  'http://HOST:PORT/PATH or http-ingress:http://HOST:PORT/PATH (HTTP ingress: listen for POSTed envelopes)',
 ].join(', ');
 
 /** Loads an adapter module; its SDK is an optional dependency, so say which one is missing. */
@@ -38,7 +38,12 @@ export async function openSource(config: WorkerConfig, logger: Logger): Promise<
     if (!existsSync(path)) throw new UsageError(`--source ${spec}: no such file`);
     return new FileSource({ path });
   }
-  if (isSqsSpec(spec)) {
+  const sqs = sqsReadingOf(spec);
+  // https is never an ingress here (it listens on plain http), so only http is ambiguous.
+  if (sqs === 'queue-or-http' && spec.startsWith('http://')) {
+    throw new UsageError(ambiguousQueueUrlMessage('--source', spec, 'listen on'));
+  }
+  if (sqs !== 'other') {
     const adapter = await importAdapter('@aws-sdk/client-sqs', () => import('../../adapters/sqs/index.js'));
     return adapter.sqsSourceFromCli(spec, { logger, tuning: config.sqs });
   }
@@ -60,8 +65,8 @@ export async function openSource(config: WorkerConfig, logger: Logger): Promise<
     );
     return adapter.storageQueueSourceFromCli(spec, { logger, tuning: config.storageQueue });
   }
-  if (spec.startsWith('http://')) {
-    const url = new URL(spec);
+  if (spec.startsWith('http://') || spec.startsWith(HTTP_INGRESS_PREFIX)) {
+    const url = ingressUrl(spec);
     const source = await HttpIngressSource.listen({
       host: url.hostname.replace(/^\[|\]$/g, ''),
       port: Number(url.port || 80),
@@ -79,4 +84,17 @@ export async function openSource(config: WorkerConfig, logger: Logger): Promise<
     return source;
   }
   throw new UsageError(`unknown --source "${redact(spec)}": expected ${SOURCE_FORMS}`);
+}
+
+function ingressUrl(spec: string): URL {
+  const text = spec.startsWith(HTTP_INGRESS_PREFIX) ? spec.slice(HTTP_INGRESS_PREFIX.length) : spec;
+  let url: URL;
+  try {
+    url = new URL(text);
+  } catch {
+    throw new UsageError(`--source ${redact(spec)} is not a URL`);
+  }
+  if (url.protocol !== 'http:')
+    throw new UsageError(`--source ${redact(spec)}: an HTTP ingress listens on http://`);
+  return url;
 }

@@ -1,4 +1,4 @@
-import { isSqsSpec } from '../../adapters/sqs/url.js';
+import { ambiguousQueueUrlMessage, HTTP_INGRESS_PREFIX, sqsReadingOf } from '../../adapters/sqs/url.js';
 import { appendLine } from '../durable-append.js';
 import { AdapterError, ConfigError, errorMessage } from '../errors.js';
 import { classifyAnswer, describeUrl, hasCredentials, redirectReason } from '../forward.js';
@@ -14,10 +14,10 @@ export type { Delivery, OutgoingMessage, Target } from '../target.js';
  */
 export const TARGET_FORMS = [
   'file:PATH (appends one JSONL line)',
-  'an SQS queue URL or sqs:QUEUE_URL',
+  'an SQS queue URL (a local one when AWS_ENDPOINT_URL_SQS is set) or sqs:QUEUE_URL',
   'azure-storage-queue:QUEUE (AZURE_STORAGE_CONNECTION_STRING) or https://ACCOUNT.queue.core.windows.net/QUEUE[?SAS]',
   'azure-event-hubs:HUB (EVENTHUBS_CONNECTION_STRING)',
-  'http(s)://HOST:PORT/PATH (an HTTP ingress: POST each envelope)',
+  'http(s)://HOST:PORT/PATH or http-ingress:URL (an HTTP ingress: POST each envelope)',
 ].join(', ');
 
 const STORAGE_QUEUE_URL = /^https:\/\/[^/?]+\.queue\.core\./;
@@ -38,7 +38,9 @@ export async function openTarget(spec: string): Promise<Target> {
     if (!path) throw new UsageError('--to file: needs a path');
     return fileTarget(path);
   }
-  if (isSqsSpec(spec)) {
+  const sqs = sqsReadingOf(spec);
+  if (sqs === 'queue-or-http') throw new UsageError(ambiguousQueueUrlMessage('--to', spec, 'POST to'));
+  if (sqs === 'queue') {
     const sender = await importSender('@aws-sdk/client-sqs', () => import('../../adapters/sqs/sender.js'));
     return sender.sqsTargetFromCli(spec);
   }
@@ -56,12 +58,13 @@ export async function openTarget(spec: string): Promise<Target> {
     );
     return sender.storageQueueTargetFromCli(spec);
   }
-  if (spec.startsWith('http://') || spec.startsWith('https://')) {
+  const http = spec.startsWith(HTTP_INGRESS_PREFIX) ? spec.slice(HTTP_INGRESS_PREFIX.length) : spec;
+  if (http.startsWith('http://') || http.startsWith('https://')) {
     let url: URL;
     try {
-      url = new URL(spec);
+      url = new URL(http);
     } catch {
-      throw new UsageError(`--to is not a URL: ${describeUrl(spec)}`);
+      throw new UsageError(`--to is not a URL: ${describeUrl(http)}`);
     }
     // fetch refuses such a URL on every send, with an error that quotes it, password and all.
     if (hasCredentials(spec)) {
