@@ -111,17 +111,16 @@ describe('credentials in source, target and forward URLs are never printed', () 
     expect(jsonLines(json.stdout).at(-1)).toMatchObject({
       target: 'https://account.queue.core.windows.net/partner-events',
     });
-    const forward = await runCli([
-      'replay',
-      file,
-      '--dry-run',
-      '--dedupe',
-      'memory',
-      '--forward',
-      'http://user:Hunt3r2pw@127.0.0.1:9/api/events?code=S3cr3tSig',
+    // A Functions key in the query is a credential too; userinfo is refused outright (exit 2).
+    const dry = (forward: string) =>
+      runCli(['replay', file, '--dry-run', '--dedupe', 'memory', '--forward', forward]);
+    const [withKey, withUser] = await Promise.all([
+      dry('http://127.0.0.1:9/api/events?code=S3cr3tSig'),
+      dry('http://user:Hunt3r2pw@127.0.0.1:9/api/events?code=S3cr3tSig'),
     ]);
-    expect(forward.stdout).toContain('-> http://127.0.0.1:9/api/events');
-    expectNoCredentials(forward.stdout, forward.stderr);
+    expect(withKey.stdout).toContain('-> http://127.0.0.1:9/api/events');
+    expect(withUser.code).toBe(2);
+    expectNoCredentials(withKey.stdout, withKey.stderr, withUser.stdout, withUser.stderr);
   });
 
   it('unknown --to and --source values are echoed redacted (replay, trigger, simulate, run)', async () => {
