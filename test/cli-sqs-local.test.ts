@@ -181,6 +181,18 @@ describe('a queue-shaped http URL with no SQS endpoint in the environment', () =
       expect(trigger.code).toBe(0);
       await vi.waitFor(() => expect(app.received).toHaveLength(1), { timeout: 15_000 });
       expect(app.received[0]?.headers['partner-event-id']).toBe(trigger.stdout.trim());
+      // The explicit form gets the same checks as a bare URL: no user:password@ for fetch to refuse.
+      const withUser = await runCli(
+        [
+          'trigger',
+          'daily.data.steps.created',
+          '--to',
+          `http-ingress:${ingress.replace('//', '//user:pw0rd@')}`,
+        ],
+        { env: NO_ENDPOINT },
+      );
+      expect(withUser.code).toBe(2);
+      expect(withUser.stderr).not.toContain('pw0rd');
     } finally {
       cli.child.kill('SIGTERM');
       await cli.done;

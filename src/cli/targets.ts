@@ -67,9 +67,9 @@ export async function openTarget(spec: string): Promise<Target> {
       throw new UsageError(`--to is not a URL: ${describeUrl(http)}`);
     }
     // fetch refuses such a URL on every send, with an error that quotes it, password and all.
-    if (hasCredentials(spec)) {
+    if (hasCredentials(http)) {
       throw new UsageError(
-        `--to ${describeUrl(spec)} must not contain a user name or password (user:password@)`,
+        `--to ${describeUrl(http)} must not contain a user name or password (user:password@)`,
       );
     }
     return httpTarget(url);
