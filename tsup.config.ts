@@ -4,7 +4,8 @@ export default defineConfig([
   {
     entry: {
       index: 'src/index.ts',
-      testing: 'src/testing.ts',
+      testing: 'src/consumer/testing.ts',
+      sidecar: 'src/sidecar/index.ts',
       'adapters/memory': 'adapters/memory/index.ts',
       'adapters/file': 'adapters/file/index.ts',
       'adapters/http': 'adapters/http/index.ts',

@@ -6,7 +6,8 @@ const here = (p: string) => fileURLToPath(new URL(p, import.meta.url));
 export default defineConfig({
   resolve: {
     alias: {
-      'partner-health-events/testing': here('./src/testing.ts'),
+      'partner-health-events/testing': here('./src/consumer/testing.ts'),
+      'partner-health-events/sidecar': here('./src/sidecar/index.ts'),
       'partner-health-events/memory': here('./adapters/memory/index.ts'),
       'partner-health-events/file': here('./adapters/file/index.ts'),
       'partner-health-events/http': here('./adapters/http/index.ts'),

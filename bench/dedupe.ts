@@ -5,10 +5,10 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { RedisDedupeStore } from '../src/dedupe/redis.js';
-import { SqliteDedupeStore } from '../src/dedupe/sqlite.js';
+import { silentLogger } from '../src/core/logger.js';
+import { createRedisDedupe } from '../src/dedupe/redis.js';
+import { createSqliteDedupe } from '../src/dedupe/sqlite.js';
 import type { DedupeStore } from '../src/dedupe/types.js';
-import { silentLogger } from '../src/logger.js';
 import { HAS_REDIS, RedisServer } from '../test/support/redis-server.js';
 
 export interface DedupeBenchRow {
@@ -46,7 +46,7 @@ export async function runDedupeBench(options: { quick: boolean }): Promise<Dedup
       ['one at a time', 1],
       ['64 in flight', 64],
     ] as const) {
-      const sqlite = new SqliteDedupeStore({ path: join(dir, `${inFlight}.db`) });
+      const sqlite = createSqliteDedupe({ path: join(dir, `${inFlight}.db`) });
       rows.push({ store: 'sqlite', mode, pairsPerSec: await measure(sqlite, n, inFlight) });
       await sqlite.close();
     }
@@ -57,7 +57,7 @@ export async function runDedupeBench(options: { quick: boolean }): Promise<Dedup
           ['one at a time', 1],
           ['64 in flight', 64],
         ] as const) {
-          const redis = new RedisDedupeStore({ url: server.url, logger: silentLogger() });
+          const redis = createRedisDedupe({ url: server.url, logger: silentLogger() });
           rows.push({ store: 'redis', mode, pairsPerSec: await measure(redis, n, inFlight) });
           await redis.close();
         }

@@ -4,7 +4,7 @@
  */
 import Stripe from 'stripe';
 import { Webhook } from 'svix';
-import { createTestEnvelope, sampleEvent, TEST_SIGNING_SECRET } from '../src/testing.js';
+import { createTestEnvelope, sampleEvent, TEST_SIGNING_SECRET } from '../src/consumer/testing.js';
 
 export const EVENT_TYPE = 'daily.data.heart_rate.created';
 

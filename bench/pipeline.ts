@@ -7,11 +7,11 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
-import { MemorySource } from '../adapters/memory/index.js';
-import { sqliteDedupe } from '../src/dedupe/sqlite.js';
-import { type EventType, eventSchemas } from '../src/events/schemas.js';
-import { silentLogger } from '../src/logger.js';
-import { createConsumer } from '../src/worker.js';
+import { createMemorySource } from '../adapters/memory/index.js';
+import { createConsumer } from '../src/consumer/consumer.js';
+import { type EventType, eventSchemas } from '../src/core/events/schemas.js';
+import { silentLogger } from '../src/core/logger.js';
+import { createSqliteDedupe } from '../src/dedupe/sqlite.js';
 import { EVENT_TYPE, makeEnvelopes, OUR_SECRET, sizeByLabel } from './fixtures.js';
 import { median } from './stats.js';
 
@@ -98,12 +98,12 @@ export async function runPipelineOnce(
 ): Promise<number> {
   const dir = freshDir();
   try {
-    const source = new MemorySource({ endWhenEmpty: true });
+    const source = createMemorySource({ endWhenEmpty: true });
     for (const raw of raws) source.send(raw);
     const consumer = createConsumer({
       source,
       secrets: [{ id: 'current', secret: OUR_SECRET }],
-      dedupe: sqliteDedupe({ path: join(dir, 'dedupe.sqlite') }),
+      dedupe: createSqliteDedupe({ path: join(dir, 'dedupe.sqlite') }),
       logger: silentLogger(),
       deadLetter: join(dir, 'dead-letters.jsonl'),
       concurrency,
@@ -144,7 +144,7 @@ export async function runFloorOnce(raws: readonly string[], options: { complete:
   const dir = freshDir();
   try {
     const path = join(dir, 'floor.sqlite');
-    await sqliteDedupe({ path }).close();
+    await createSqliteDedupe({ path }).close();
     const db = new Database(path);
     db.pragma('journal_mode = WAL');
     db.pragma('synchronous = NORMAL');

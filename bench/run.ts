@@ -108,7 +108,7 @@ if (runPipeline) {
     `\n(b) Whole pipeline vs floor — events/s, median of the repetitions, fresh temp dir per run, concurrency ${CONCURRENCY}`,
   );
   console.log(
-    '    pipeline = MemorySource({ endWhenEmpty }) → createConsumer(sqliteDedupe, no-op handler), start() → stopped',
+    '    pipeline = MemorySource({ endWhenEmpty }) → createConsumer(createSqliteDedupe, no-op handler), start() → stopped',
   );
   console.log(
     '    floor    = bare loop: JSON.parse, HMAC (KeyObject) + timingSafeEqual, JSON.parse, zod parse, INSERT ×100/tx',

@@ -31,9 +31,9 @@ import { parseArgs } from 'node:util';
 import { SendMessageBatchCommand, type SQSClient } from '@aws-sdk/client-sqs';
 import { Consumer as SqsConsumer } from 'sqs-consumer';
 import { createSqsAdapter, type SqsMessage } from '../adapters/sqs/index.js';
-import { sqliteDedupe } from '../src/dedupe/sqlite.js';
-import { silentLogger } from '../src/logger.js';
-import { createConsumer } from '../src/worker.js';
+import { createConsumer } from '../src/consumer/consumer.js';
+import { silentLogger } from '../src/core/logger.js';
+import { createSqliteDedupe } from '../src/dedupe/sqlite.js';
 import { createQueue, type FauxqsServer, fauxqsClient, startFauxqs } from '../test/support/fauxqs.js';
 import { EVENT_TYPE, makeEnvelopes, OUR_SECRET } from './fixtures.js';
 import { fmtFixed, fmtInt, median, sig, table } from './stats.js';
@@ -290,7 +290,7 @@ async function runOurs(
       ...(maxConcurrentReceives ? { maxConcurrentReceives } : {}),
     }),
     secrets: [{ id: 'current', secret: OUR_SECRET }],
-    dedupe: sqliteDedupe({ path: join(dir, 'dedupe.sqlite') }),
+    dedupe: createSqliteDedupe({ path: join(dir, 'dedupe.sqlite') }),
     deadLetter: join(dir, 'dead-letters.jsonl'),
     logger: silentLogger(),
     concurrency,

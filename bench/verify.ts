@@ -5,8 +5,8 @@
  */
 import Stripe from 'stripe';
 import { Webhook } from 'svix';
-import { Keyring } from '../src/secrets.js';
-import { verifyMessage } from '../src/verify.js';
+import { Keyring } from '../src/core/secrets.js';
+import { verifyMessage } from '../src/core/verify.js';
 import { makeVerifyInputs, OUR_SECRET, SIZES, STRIPE_SECRET, SVIX_SECRET } from './fixtures.js';
 import { median } from './stats.js';
 

@@ -3,13 +3,13 @@
  * through the real pipeline (verification, de-duplication, schema) from an in-memory queue, and
  * a handler spy to wait on instead of sleeping. `npm test` runs this file.
  */
-import { createConsumer, memoryDedupe, silentLogger } from 'partner-health-events';
+import { createConsumer, createMemoryDedupe, silentLogger } from 'partner-health-events';
 import {
   createHandlerSpy,
+  createMemorySource,
   createTestEnvelope,
   fixtures,
   forgedEnvelope,
-  MemorySource,
   rotatedKeyEnvelope,
   TEST_ROTATION_SECRETS,
 } from 'partner-health-events/testing';
@@ -18,11 +18,11 @@ import { nudgeHandler, stepsHandler } from './handler.js';
 
 /** A consumer as in production, over an in-memory queue, with fast retries and no files. */
 function testConsumer() {
-  const source = new MemorySource();
+  const source = createMemorySource();
   const consumer = createConsumer({
     source,
     secrets: TEST_ROTATION_SECRETS, // `current` and, as during a rotation, `previous`
-    dedupe: memoryDedupe(),
+    dedupe: createMemoryDedupe(),
     deadLetter: { write: async () => {}, close: async () => {} },
     logger: silentLogger(),
     retry: { maxAttempts: 3, baseDelayMs: 5, maxDelayMs: 20 },

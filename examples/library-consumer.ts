@@ -8,11 +8,11 @@
 import {
   type Consumer,
   createConsumer,
+  createSqliteDedupe,
   type EventMap,
   type ProcessResult,
   type RawMessage,
   RetryLaterError,
-  sqliteDedupe,
 } from 'partner-health-events';
 import type { Logger } from 'pino';
 
@@ -45,7 +45,7 @@ export interface HealthConsumerOptions {
 export function createHealthConsumer(options: HealthConsumerOptions): Consumer {
   const consumer = createConsumer({
     secrets: [{ id: 'current', secret: options.secret }],
-    dedupe: sqliteDedupe({ path: options.dedupePath }),
+    dedupe: createSqliteDedupe({ path: options.dedupePath }),
     ...(options.deadLetterPath ? { deadLetter: options.deadLetterPath } : {}),
     ...(options.logger ? { logger: options.logger } : {}),
   });

@@ -1,34 +1,36 @@
-export type { RawMessage, SourceAdapter } from './adapter.js';
+/**
+ * `partner-health-events`: the library. A consumer that verifies, de-duplicates, types and
+ * dispatches the Partner Health API's signed events, with the core it is built on. What only the
+ * sidecar needs (config files, forwarding, the ops server, metrics) is under
+ * `partner-health-events/sidecar`, so importing this entry never loads prom-client or yaml.
+ */
+export {
+  type Consumer,
+  type ConsumerOptions,
+  type ConsumerState,
+  type ConsumerStatus,
+  createConsumer,
+  type SettledReport,
+} from './consumer/consumer.js';
+export {
+  createJsonlDeadLetters,
+  type DeadLetterSink,
+  type JsonlDeadLetterSink,
+} from './consumer/dead-letter-sink.js';
+export type { ProcessResult } from './consumer/pipeline.js';
+export type { EventPattern, EventsFor, Handler, HandlerContext } from './consumer/router.js';
 export {
   type ConsumerSettings,
   type ConsumerSettingsInput,
   consumerSettingsSchema,
-  parseSettings,
-} from './config.js';
+} from './consumer/settings.js';
 export {
   type DeadLetterRecord,
-  type DeadLetterRecordOptions,
-  type DeadLetterSink,
-  deadLetterRecord,
   isDeadLetterRecord,
   isTruncatedDeadLetter,
-  JsonlDeadLetterSink,
-  jsonlDeadLetters,
   rawOfDeadLetter,
-} from './dead-letter.js';
-export {
-  type ClaimResult,
-  DEFAULT_LEASE_MS,
-  DEFAULT_RETENTION_MS,
-  type DedupeState,
-  type DedupeStore,
-  MemoryDedupeStore,
-  memoryDedupe,
-  type SqliteDedupeOptions,
-  SqliteDedupeStore,
-  sqliteDedupe,
-} from './dedupe/index.js';
-export { DEFAULT_MAX_ENVELOPE_BYTES, type Envelope, parseEnvelope } from './envelope.js';
+} from './core/dead-letter-record.js';
+export { DEFAULT_MAX_ENVELOPE_BYTES, type Envelope, parseEnvelope } from './core/envelope.js';
 export {
   AdapterError,
   ConfigError,
@@ -38,12 +40,11 @@ export {
   type ErrorCode,
   isPartnerEventsError,
   PartnerEventsError,
-  PayloadValidationError,
   RetryLaterError,
   VERIFICATION_CODES,
   type VerificationCode,
   VerificationError,
-} from './errors.js';
+} from './core/errors.js';
 export {
   EVENT_TYPES,
   type EventMap,
@@ -52,22 +53,9 @@ export {
   isKnownEventType,
   type PartnerEvent,
   type UnknownEvent,
-} from './events/index.js';
-export { createForwarder, type ForwardOptions } from './forward.js';
-export { createLogger, silentLogger } from './logger.js';
-export { ConsumerMetrics } from './metrics.js';
-export { type OpsServer, type OpsServerOptions, type ReadinessCheck, startOpsServer } from './ops.js';
-export {
-  type AckResult,
-  backoffDelay,
-  DEFAULT_RETRY_POLICY,
-  decide,
-  isPermanent,
-  type Outcome,
-  type RetryPolicy,
-} from './outcome.js';
-export type { ProcessResult } from './pipeline.js';
-export type { EventPattern, EventsFor, Handler, HandlerContext } from './router.js';
+} from './core/events/index.js';
+export { createLogger, silentLogger } from './core/logger.js';
+export { type AckResult, DEFAULT_RETRY_POLICY, type Outcome, type RetryPolicy } from './core/outcome.js';
 export {
   Keyring,
   type ReadSecretsFileOptions,
@@ -76,23 +64,20 @@ export {
   type SigningSecret,
   secretsFromEnv,
   watchSecrets,
-} from './secrets.js';
-export { matchSignature, sign } from './signature.js';
-export { type VerifiedMessage, type VerifyOptions, verifyMessage } from './verify.js';
+} from './core/secrets.js';
+export { matchSignature, sign } from './core/signature.js';
+export type { RawMessage, SourceAdapter } from './core/source-adapter.js';
+export { type VerifiedMessage, type VerifyOptions, verifyMessage } from './core/verify.js';
 export {
-  Consumer,
-  type ConsumerOptions,
-  type ConsumerState,
-  type ConsumerStatus,
-  createConsumer,
-  type SettledReport,
-} from './worker.js';
-export {
-  configFromEnv,
-  configFromFile,
-  envName,
-  resolveWorkerConfig,
-  type WorkerConfig,
-  type WorkerConfigInput,
-  workerConfigSchema,
-} from './worker-config.js';
+  type ClaimResult,
+  createMemoryDedupe,
+  createSqliteDedupe,
+  DEFAULT_LEASE_MS,
+  DEFAULT_RETENTION_MS,
+  type DedupeState,
+  type DedupeStore,
+  type MemoryDedupeOptions,
+  type MemoryDedupeStore,
+  type SqliteDedupeOptions,
+  type SqliteDedupeStore,
+} from './dedupe/index.js';

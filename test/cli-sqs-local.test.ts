@@ -7,7 +7,7 @@
 import { ReceiveMessageCommand, SendMessageCommand } from '@aws-sdk/client-sqs';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { sqsReadingOf } from '../adapters/sqs/url.js';
-import { createTestEnvelope } from '../src/testing.js';
+import { createTestEnvelope } from '../src/consumer/testing.js';
 import { runCli, startApp, startCli } from './support/cli.js';
 import { createQueue, fauxqsClient, fauxqsEnv, startFauxqs } from './support/fauxqs.js';
 import { tempDir } from './support/harness.js';

@@ -1,7 +1,7 @@
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import { createTestEnvelope, forgedEnvelope, staleEnvelope } from '../src/testing.js';
+import { createTestEnvelope, forgedEnvelope, staleEnvelope } from '../src/consumer/testing.js';
 import { runCli, startApp, startCli } from './support/cli.js';
 import { tempDir } from './support/harness.js';
 import { deadRecord, jsonLines, writeJsonl as writeRecords } from './support/records.js';

@@ -2,10 +2,12 @@ import { readFileSync, renameSync } from 'node:fs';
 import { join } from 'node:path';
 import { pino } from 'pino';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import { deadLetterRecord, JsonlDeadLetterSink } from '../src/dead-letter.js';
-import { ConfigError } from '../src/errors.js';
+import { createMemorySource } from '../adapters/memory/index.js';
+import { createJsonlDeadLetters } from '../src/consumer/dead-letter-sink.js';
+import { TEST_SIGNING_SECRET } from '../src/consumer/testing.js';
+import { deadLetterRecord } from '../src/core/dead-letter-record.js';
+import { ConfigError } from '../src/core/errors.js';
 import { createConsumer, createLogger } from '../src/index.js';
-import { TEST_SIGNING_SECRET } from '../src/testing.js';
 import { tempDir } from './support/harness.js';
 
 let dir: ReturnType<typeof tempDir>;
@@ -53,7 +55,7 @@ describe('consumer settings', () => {
 describe('JSONL dead-letter sink', () => {
   it('creates the file on the first record and starts a new one after the file is rotated away', async () => {
     const path = join(dir.path, 'nested', 'dead.jsonl');
-    const sink = new JsonlDeadLetterSink(path);
+    const sink = createJsonlDeadLetters(path);
     const record = (id: string) =>
       deadLetterRecord({ id, body: 'raw', attempt: 1 }, { code: 'MALFORMED_ENVELOPE', reason: 'x' }, 'test');
     await sink.write(record('a'));
@@ -81,11 +83,10 @@ describe('JSONL dead-letter sink', () => {
 
 describe('secrets never leak', () => {
   it('logs the matched key id on every outcome line, and never a secret', async () => {
-    const { MemorySource } = await import('../adapters/memory/index.js');
-    const { createTestEnvelope, forgedEnvelope } = await import('../src/testing.js');
+    const { createTestEnvelope, forgedEnvelope } = await import('../src/consumer/testing.js');
     const lines: string[] = [];
     const logger = pino({ level: 'trace' }, { write: (line: string) => void lines.push(line) });
-    const source = new MemorySource({ endWhenEmpty: true });
+    const source = createMemorySource({ endWhenEmpty: true });
     const previous = 'previous-secret-value-0123456789';
     const consumer = createConsumer({
       source,

@@ -9,18 +9,14 @@ import { existsSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import fc from 'fast-check';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import {
-  deadLetterRecord,
-  JsonlDeadLetterSink,
-  rawOfDeadLetter,
-  storedRawOfDeadLetter,
-} from '../src/dead-letter.js';
-import { appendLine } from '../src/durable-append.js';
-import { VerificationError } from '../src/errors.js';
-import { silentLogger } from '../src/logger.js';
-import { createTestEnvelope, TEST_SIGNING_SECRET } from '../src/testing.js';
-import { createConsumer } from '../src/worker.js';
-import { configFromEnv, resolveWorkerConfig } from '../src/worker-config.js';
+import { createConsumer } from '../src/consumer/consumer.js';
+import { createJsonlDeadLetters } from '../src/consumer/dead-letter-sink.js';
+import { appendLine } from '../src/consumer/durable-append.js';
+import { createTestEnvelope, TEST_SIGNING_SECRET } from '../src/consumer/testing.js';
+import { deadLetterRecord, rawOfDeadLetter, storedRawOfDeadLetter } from '../src/core/dead-letter-record.js';
+import { VerificationError } from '../src/core/errors.js';
+import { silentLogger } from '../src/core/logger.js';
+import { configFromEnv, resolveSidecarConfig } from '../src/sidecar/config.js';
 import { runCli, startApp, startCli } from './support/cli.js';
 import { tempDir } from './support/harness.js';
 import { jsonLines } from './support/records.js';
@@ -107,7 +103,7 @@ describe('appending a line', () => {
 
   it('the sink writes every record whole, one per line, also for concurrent writes', async () => {
     const path = join(dir.path, 'dead.jsonl');
-    const sink = new JsonlDeadLetterSink(path);
+    const sink = createJsonlDeadLetters(path);
     const record = (id: string, size: number) =>
       deadLetterRecord(
         {
@@ -284,16 +280,16 @@ describe('dead letters of messages that never verified are stored bounded', () =
     await consumer.stop();
     expect(wholeLines(path)[0]).toMatchObject({ raw: 'not an env', raw_truncated: true, raw_bytes: 22 });
 
-    const config = resolveWorkerConfig({
+    const config = resolveSidecarConfig({
       file: { source: 'file:x', forward: 'http://127.0.0.1:9/' },
       env: configFromEnv({ PARTNER_EVENTS_DEAD_LETTER_MAX_UNVERIFIED_BYTES: '2048' }),
     });
     expect(config.deadLetterMaxUnverifiedBytes).toBe(2048);
-    expect(resolveWorkerConfig({ file: { source: 'file:x', forward: 'http://127.0.0.1:9/' } })).toMatchObject(
-      {
-        deadLetterMaxUnverifiedBytes: 65536,
-      },
-    );
+    expect(
+      resolveSidecarConfig({ file: { source: 'file:x', forward: 'http://127.0.0.1:9/' } }),
+    ).toMatchObject({
+      deadLetterMaxUnverifiedBytes: 65536,
+    });
   });
 });
 

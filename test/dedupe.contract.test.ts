@@ -11,10 +11,10 @@ import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import Database from 'better-sqlite3';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { MemoryDedupeStore } from '../src/dedupe/memory.js';
-import { SqliteDedupeStore } from '../src/dedupe/sqlite.js';
+import { DedupeUnavailableError } from '../src/core/errors.js';
+import { createMemoryDedupe } from '../src/dedupe/memory.js';
+import { createSqliteDedupe, type SqliteDedupeStore } from '../src/dedupe/sqlite.js';
 import { ABANDONED_CLAIM_MEMORY_MS, type ClaimResult, type DedupeStore } from '../src/dedupe/types.js';
-import { DedupeUnavailableError } from '../src/errors.js';
 
 const LEASE = 1_000;
 const RETENTION = 5_000;
@@ -318,12 +318,12 @@ afterEach(() => {
 });
 
 dedupeContract('MemoryDedupeStore', (now) => {
-  const store = new MemoryDedupeStore({ now });
+  const store = createMemoryDedupe({ now });
   return { store, cleanup: () => store.close() };
 });
 
 dedupeContract('SqliteDedupeStore', (now) => {
-  const store = new SqliteDedupeStore({ path: join(tempDir(), 'dedupe.db'), now });
+  const store = createSqliteDedupe({ path: join(tempDir(), 'dedupe.db'), now });
   return { store, cleanup: () => store.close() };
 });
 
@@ -334,7 +334,7 @@ describe('SqliteDedupeStore only', () => {
   let path: string;
   let t: number;
   const open = (extra: { busyTimeoutMs?: number } = {}) =>
-    new SqliteDedupeStore({ path, now: () => t, ...extra });
+    createSqliteDedupe({ path, now: () => t, ...extra });
   const opened: SqliteDedupeStore[] = [];
   const openTracked = (extra: { busyTimeoutMs?: number } = {}) => {
     const s = open(extra);
@@ -512,7 +512,7 @@ describe('SqliteDedupeStore only', () => {
 
   it('an unusable path is DedupeUnavailableError at construction', () => {
     const notADb = tempDir(); // a directory, not a file
-    expect(() => new SqliteDedupeStore({ path: notADb })).toThrow(DedupeUnavailableError);
+    expect(() => createSqliteDedupe({ path: notADb })).toThrow(DedupeUnavailableError);
   });
 
   describe('two processes sharing one database file', () => {

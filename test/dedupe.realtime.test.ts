@@ -11,11 +11,11 @@
  */
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { MemoryDedupeStore } from '../src/dedupe/memory.js';
-import { RedisDedupeStore } from '../src/dedupe/redis.js';
-import { SqliteDedupeStore } from '../src/dedupe/sqlite.js';
+import { silentLogger } from '../src/core/logger.js';
+import { createMemoryDedupe } from '../src/dedupe/memory.js';
+import { createRedisDedupe } from '../src/dedupe/redis.js';
+import { createSqliteDedupe } from '../src/dedupe/sqlite.js';
 import type { ClaimResult, DedupeStore } from '../src/dedupe/types.js';
-import { silentLogger } from '../src/logger.js';
 import { tempDir } from './support/harness.js';
 import { HAS_REDIS, RedisServer } from './support/redis-server.js';
 
@@ -197,14 +197,14 @@ afterAll(() => {
   for (const d of dirs) d.cleanup();
 });
 
-realTimeContract('MemoryDedupeStore', () => new MemoryDedupeStore());
+realTimeContract('MemoryDedupeStore', () => createMemoryDedupe());
 realTimeContract('SqliteDedupeStore', () => {
   const dir = tempDir('phe-rt-');
   dirs.push(dir);
-  return new SqliteDedupeStore({ path: join(dir.path, 'dedupe.db') });
+  return createSqliteDedupe({ path: join(dir.path, 'dedupe.db') });
 });
 realTimeContract(
   'RedisDedupeStore',
-  () => new RedisDedupeStore({ url: redis?.url ?? 'redis://127.0.0.1:1', logger: silentLogger() }),
+  () => createRedisDedupe({ url: redis?.url ?? 'redis://127.0.0.1:1', logger: silentLogger() }),
   !HAS_REDIS,
 );

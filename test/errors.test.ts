@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { ConfigError, errorMessage } from '../src/errors.js';
+import { ConfigError, errorMessage } from '../src/core/errors.js';
 
 describe('errorMessage (what logs and readiness show of a failure)', () => {
   it('names every address of a refused connection (an AggregateError has no message of its own)', () => {

@@ -15,15 +15,15 @@ import {
   SqliteCheckpointStore,
 } from '../adapters/event-hubs/index.js';
 import { PartitionLane } from '../adapters/event-hubs/partition-lane.js';
-import { SqliteDedupeStore } from '../src/dedupe/sqlite.js';
-import { ConfigError } from '../src/errors.js';
-import { createLogger, silentLogger } from '../src/logger.js';
-import { readiness } from '../src/readiness.js';
-import type { HandlerContext } from '../src/router.js';
-import { Keyring } from '../src/secrets.js';
-import { createTestEnvelope, TEST_SIGNING_SECRET } from '../src/testing.js';
-import { verifyMessage } from '../src/verify.js';
-import { type Consumer, createConsumer, type SettledReport } from '../src/worker.js';
+import { type Consumer, createConsumer, type SettledReport } from '../src/consumer/consumer.js';
+import type { HandlerContext } from '../src/consumer/router.js';
+import { createTestEnvelope, TEST_SIGNING_SECRET } from '../src/consumer/testing.js';
+import { ConfigError } from '../src/core/errors.js';
+import { createLogger, silentLogger } from '../src/core/logger.js';
+import { Keyring } from '../src/core/secrets.js';
+import { verifyMessage } from '../src/core/verify.js';
+import { createSqliteDedupe } from '../src/dedupe/sqlite.js';
+import { readiness } from '../src/sidecar/readiness.js';
 import { Azurite } from './support/azurite.js';
 import { EventHubsBroker } from './support/event-hubs-broker.js';
 import type { EventHubsTestServer, TestHub } from './support/event-hubs-server.js';
@@ -98,7 +98,7 @@ async function startWorker(
   const consumer = createConsumer<EventHubsMessage>({
     source: adapter,
     secrets: [{ id: 'current', secret: TEST_SIGNING_SECRET }],
-    dedupe: new SqliteDedupeStore({ path: dedupePath ?? join(dir.path, 'dedupe.db') }),
+    dedupe: createSqliteDedupe({ path: dedupePath ?? join(dir.path, 'dedupe.db') }),
     deadLetter: join(dir.path, 'dead.jsonl'),
     logger: silentLogger(),
     retry: { maxAttempts: 3, baseDelayMs: 10, maxDelayMs: 40 },

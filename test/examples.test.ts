@@ -1,8 +1,8 @@
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { createHealthConsumer, handleMessage, VitalsRepository } from '../examples/library-consumer.js';
-import { silentLogger } from '../src/logger.js';
-import { createTestEnvelope, forgedEnvelope, TEST_SIGNING_SECRET } from '../src/testing.js';
+import { createTestEnvelope, forgedEnvelope, TEST_SIGNING_SECRET } from '../src/consumer/testing.js';
+import { silentLogger } from '../src/core/logger.js';
 import { tempDir } from './support/harness.js';
 
 let dir: ReturnType<typeof tempDir>;

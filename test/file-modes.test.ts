@@ -6,10 +6,11 @@ import { chmodSync, existsSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { SqliteCheckpointStore } from '../adapters/event-hubs/sqlite-checkpoint-store.js';
-import { deadLetterRecord, JsonlDeadLetterSink } from '../src/dead-letter.js';
-import { SqliteDedupeStore } from '../src/dedupe/sqlite.js';
-import { readSecretsFile } from '../src/secrets.js';
-import { createTestEnvelope } from '../src/testing.js';
+import { createJsonlDeadLetters } from '../src/consumer/dead-letter-sink.js';
+import { createTestEnvelope } from '../src/consumer/testing.js';
+import { deadLetterRecord } from '../src/core/dead-letter-record.js';
+import { readSecretsFile } from '../src/core/secrets.js';
+import { createSqliteDedupe } from '../src/dedupe/sqlite.js';
 import { runCli } from './support/cli.js';
 import { tempDir } from './support/harness.js';
 import { jsonLines } from './support/records.js';
@@ -33,7 +34,7 @@ const modeOf = (path: string) => (statSync(path).mode & 0o777).toString(8);
 describe('files with bodies or dedupe state are created 0600', () => {
   it('the dead-letter file', async () => {
     const path = join(dir.path, 'dead.jsonl');
-    const sink = new JsonlDeadLetterSink(path);
+    const sink = createJsonlDeadLetters(path);
     await sink.write(
       deadLetterRecord(
         { id: 'm', body: 'raw', attempt: 1 },
@@ -76,7 +77,7 @@ describe('files with bodies or dedupe state are created 0600', () => {
 
   it('the SQLite dedupe file with its -wal and -shm', async () => {
     const path = join(dir.path, 'state', 'dedupe.db');
-    const store = new SqliteDedupeStore({ path });
+    const store = createSqliteDedupe({ path });
     try {
       const claim = await store.claim('evt_1', 60_000);
       if (claim.status !== 'claimed') throw new Error(`not claimed: ${claim.status}`);
@@ -115,7 +116,7 @@ describe('files with bodies or dedupe state are created 0600', () => {
     const path = join(dir.path, 'dead.jsonl');
     writeFileSync(path, '');
     chmodSync(path, 0o640);
-    await new JsonlDeadLetterSink(path).write(
+    await createJsonlDeadLetters(path).write(
       deadLetterRecord(
         { id: 'm', body: 'raw', attempt: 1 },
         { code: 'MALFORMED_ENVELOPE', reason: 'x' },

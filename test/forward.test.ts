@@ -8,9 +8,9 @@ import { createServer, type IncomingHttpHeaders, type ServerResponse } from 'nod
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { ConfigError } from '../src/errors.js';
-import { createForwarder } from '../src/forward.js';
-import { createTestEnvelope } from '../src/testing.js';
+import { createTestEnvelope } from '../src/consumer/testing.js';
+import { ConfigError } from '../src/core/errors.js';
+import { createForwarder } from '../src/sidecar/forward.js';
 import { runCli } from './support/cli.js';
 import { harness, tempDir } from './support/harness.js';
 import { jsonLines, writeJsonl } from './support/records.js';

@@ -6,7 +6,7 @@ import { writeFileSync } from 'node:fs';
 import { connect } from 'node:net';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import { HttpIngressSource } from '../adapters/http/index.js';
+import { createHttpIngress, type HttpIngressSource } from '../adapters/http/index.js';
 import { runCli, startCli } from './support/cli.js';
 import { tempDir } from './support/harness.js';
 import { jsonLines } from './support/records.js';
@@ -81,7 +81,7 @@ afterEach(async () => {
 
 describe('HTTP ingress memory bound', () => {
   it('bodies being received share maxBufferedBytes: beyond it, 503 BUSY + Retry-After, and the rest is not kept', async () => {
-    source = await HttpIngressSource.listen({
+    source = await createHttpIngress({
       port: 0,
       maxBodyBytes: 1000,
       maxBufferedBytes: 2500,
@@ -132,7 +132,7 @@ describe('HTTP ingress memory bound', () => {
   });
 
   it('a sender that goes away mid-body gives its bytes back', async () => {
-    source = await HttpIngressSource.listen({ port: 0, maxBodyBytes: 1000 });
+    source = await createHttpIngress({ port: 0, maxBodyBytes: 1000 });
     const ingress = source;
     const a = slowPost(ingress.url, { contentLength: 1000 });
     await a.send(600);
@@ -142,15 +142,15 @@ describe('HTTP ingress memory bound', () => {
   });
 
   it('refuses a budget smaller than one body', async () => {
-    await expect(
-      HttpIngressSource.listen({ port: 0, maxBodyBytes: 1000, maxBufferedBytes: 999 }),
-    ).rejects.toThrow(/maxBufferedBytes \(999\) is below maxBodyBytes \(1000\)/);
+    await expect(createHttpIngress({ port: 0, maxBodyBytes: 1000, maxBufferedBytes: 999 })).rejects.toThrow(
+      /maxBufferedBytes \(999\) is below maxBodyBytes \(1000\)/,
+    );
   });
 });
 
 describe('HTTP ingress body deadline', () => {
   it('a body that has not arrived within bodyTimeoutMs gets 408 BODY_TIMEOUT and the connection closes', async () => {
-    source = await HttpIngressSource.listen({ port: 0, bodyTimeoutMs: 200 });
+    source = await createHttpIngress({ port: 0, bodyTimeoutMs: 200 });
     const ingress = source;
     const stalled = slowPost(ingress.url, { contentLength: 1000 });
     await stalled.send(10);
@@ -162,7 +162,7 @@ describe('HTTP ingress body deadline', () => {
   });
 
   it('does not touch a request whose body arrived, however long the worker then takes', async () => {
-    source = await HttpIngressSource.listen({ port: 0, bodyTimeoutMs: 200 });
+    source = await createHttpIngress({ port: 0, bodyTimeoutMs: 200 });
     const ingress = source;
     const complete = slowPost(ingress.url, { contentLength: 2 });
     await complete.send('{}');

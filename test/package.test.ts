@@ -1,5 +1,7 @@
 import { execFileSync, spawnSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
+import { dirname, join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { beforeAll, describe, expect, it } from 'vitest';
 
@@ -28,7 +30,7 @@ describe('the built package', () => {
       'verifyMessage',
       'sign',
       'Keyring',
-      'sqliteDedupe',
+      'createSqliteDedupe',
       'EVENT_TYPES',
     ]) {
       expect(typeof cjs[name]).not.toBe('undefined');
@@ -48,9 +50,65 @@ describe('the built package', () => {
     expect(typeof require(dist('adapters/file.cjs')).FileSource).toBe('function');
   });
 
+  it('the root entry is the library: importing it loads neither prom-client nor yaml', async () => {
+    // At run time, through require: every module the CJS build loaded.
+    const probe = spawnSync(
+      process.execPath,
+      [
+        '-e',
+        `require(${JSON.stringify(dist('index.cjs'))});` +
+          'console.log(JSON.stringify(Object.keys(require.cache)));',
+      ],
+      { encoding: 'utf8' },
+    );
+    expect(probe.status, probe.stderr).toBe(0);
+    const loaded = packagesOf(JSON.parse(probe.stdout) as string[]);
+    expect(loaded).toContain('zod'); // the probe sees packages at all
+    expect(loaded).not.toContain('prom-client');
+    expect(loaded).not.toContain('yaml');
+    // Through import: the static import graph of the ESM build (tsup's chunks included).
+    const esm = staticImports(dist('index.js'));
+    expect(esm).toContain('zod');
+    expect(esm).not.toContain('prom-client');
+    expect(esm).not.toContain('yaml');
+    // The sidecar entry is where they live.
+    expect(staticImports(dist('sidecar.js'))).toEqual(expect.arrayContaining(['prom-client', 'yaml']));
+  });
+
   it('ships a runnable partner-events binary', () => {
     const result = spawnSync(process.execPath, [dist('cli/main.js'), '--help'], { encoding: 'utf8' });
     expect(result.status).toBe(0);
     expect(result.stdout).toContain('partner-events <command>');
   });
 });
+
+/** Package names (scoped ones whole) of module paths under node_modules. */
+function packagesOf(paths: readonly string[]): string[] {
+  const names = new Set<string>();
+  for (const path of paths) {
+    const match = /node_modules\/((?:@[^/]+\/)?[^/]+)/.exec(path.slice(path.lastIndexOf('node_modules/')));
+    if (match?.[1]) names.add(match[1]);
+  }
+  return [...names];
+}
+
+/** Bare packages an ESM file imports statically, following its relative imports (chunks). */
+function staticImports(file: string, seen = new Set<string>()): string[] {
+  if (seen.has(file)) return [];
+  seen.add(file);
+  const packages = new Set<string>();
+  const text = readFileSync(file, 'utf8');
+  for (const match of text.matchAll(
+    /^(?:import|export)\s[^;]*?from\s*["']([^"']+)["']|^import\s*["']([^"']+)["']/gm,
+  )) {
+    const spec = match[1] ?? match[2] ?? '';
+    if (spec.startsWith('.')) {
+      for (const name of staticImports(join(dirname(file), spec), seen)) packages.add(name);
+    } else if (!spec.startsWith('node:')) {
+      packages.add(
+        spec.startsWith('@') ? spec.split('/').slice(0, 2).join('/') : (spec.split('/')[0] ?? spec),
+      );
+    }
+  }
+  return [...packages];
+}

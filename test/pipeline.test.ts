@@ -1,16 +1,10 @@
 import { readFileSync } from 'node:fs';
 import type { Logger } from 'pino';
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import { type MemoryMessage, MemorySource } from '../adapters/memory/index.js';
-import type { SourceAdapter } from '../src/adapter.js';
-import { MemoryDedupeStore } from '../src/dedupe/memory.js';
-import type { DedupeStore } from '../src/dedupe/types.js';
-import { DeadLetterError, DedupeUnavailableError, RetryLaterError } from '../src/errors.js';
-import { createLogger, silentLogger } from '../src/logger.js';
-import type { Outcome } from '../src/outcome.js';
-import { Pipeline, type PipelineSettings } from '../src/pipeline.js';
-import { Router } from '../src/router.js';
-import { Keyring } from '../src/secrets.js';
+import { createMemorySource, type MemoryMessage } from '../adapters/memory/index.js';
+import { createConsumer } from '../src/consumer/consumer.js';
+import { Pipeline, type PipelineSettings } from '../src/consumer/pipeline.js';
+import { Router } from '../src/consumer/router.js';
 import {
   createTestEnvelope,
   forgedEnvelope,
@@ -18,8 +12,14 @@ import {
   staleEnvelope,
   TEST_SIGNING_SECRET,
   tamperedEnvelope,
-} from '../src/testing.js';
-import { createConsumer } from '../src/worker.js';
+} from '../src/consumer/testing.js';
+import { DeadLetterError, DedupeUnavailableError, RetryLaterError } from '../src/core/errors.js';
+import { createLogger, silentLogger } from '../src/core/logger.js';
+import type { Outcome } from '../src/core/outcome.js';
+import { Keyring } from '../src/core/secrets.js';
+import type { SourceAdapter } from '../src/core/source-adapter.js';
+import { createMemoryDedupe, type MemoryDedupeStore } from '../src/dedupe/memory.js';
+import type { DedupeStore } from '../src/dedupe/types.js';
 import { type Harness, harness } from './support/harness.js';
 
 const SETTINGS: PipelineSettings = {
@@ -44,7 +44,7 @@ function pipeline(
     logger?: Logger;
   } = {},
 ) {
-  const dedupe = options.dedupe ?? new MemoryDedupeStore(options.now ? { now: options.now } : {});
+  const dedupe = options.dedupe ?? createMemoryDedupe(options.now ? { now: options.now } : {});
   const p = new Pipeline(
     { ...SETTINGS, ...options.settings },
     {
@@ -203,7 +203,7 @@ describe('dedupe is a lease, not a flag', () => {
 
   it('never dead-letters an event only because another worker holds it', async () => {
     const event = createTestEnvelope('daily.data.steps.created');
-    const dedupe = new MemoryDedupeStore();
+    const dedupe = createMemoryDedupe();
     await dedupe.claim(event.eventId, 60_000);
     const { pipeline: p } = pipeline(new Router().on('*', vi.fn()), { dedupe });
     const result = await p.process(message(event.raw, 50));
@@ -213,7 +213,7 @@ describe('dedupe is a lease, not a flag', () => {
   it('crash window: a worker that dies after claiming blocks others only until its lease expires', async () => {
     let now = Date.now();
     const clock = () => now;
-    const dedupe = new MemoryDedupeStore({ now: clock });
+    const dedupe = createMemoryDedupe({ now: clock });
     const event = createTestEnvelope('daily.data.steps.created');
     // Worker A claimed and crashed (never completed, never released).
     expect((await dedupe.claim(event.eventId, 60_000)).status).toBe('claimed');
@@ -232,7 +232,7 @@ describe('dedupe is a lease, not a flag', () => {
   });
 
   it('extends the lease while a slow handler runs, so no second copy starts', async () => {
-    const dedupe = new MemoryDedupeStore();
+    const dedupe = createMemoryDedupe();
     const event = createTestEnvelope('daily.data.steps.created');
     let release!: () => void;
     const handler = vi.fn(() => new Promise<void>((resolve) => (release = resolve)));
@@ -248,7 +248,7 @@ describe('dedupe is a lease, not a flag', () => {
   });
 
   it('aborts the handler and does not ack when the lease cannot be extended', async () => {
-    const dedupe = new MemoryDedupeStore();
+    const dedupe = createMemoryDedupe();
     vi.spyOn(dedupe, 'extend').mockResolvedValue(false);
     const event = createTestEnvelope('daily.data.steps.created');
     let signal: AbortSignal | undefined;
@@ -263,7 +263,7 @@ describe('dedupe is a lease, not a flag', () => {
   });
 
   it('rides out a brief store outage during a lease extension without aborting the handler', async () => {
-    const dedupe = new MemoryDedupeStore();
+    const dedupe = createMemoryDedupe();
     const extend = vi
       .spyOn(dedupe, 'extend')
       .mockRejectedValueOnce(new DedupeUnavailableError('blip'))
@@ -283,7 +283,7 @@ describe('dedupe is a lease, not a flag', () => {
   });
 
   it('retries (never acks) while the dedupe store is unreachable', async () => {
-    const dedupe = new MemoryDedupeStore();
+    const dedupe = createMemoryDedupe();
     vi.spyOn(dedupe, 'claim').mockRejectedValue(new DedupeUnavailableError('connection refused'));
     const handler = vi.fn();
     const { pipeline: p } = pipeline(new Router().on('*', handler), { dedupe });
@@ -304,7 +304,7 @@ describe('a handler that keeps killing its worker (abandoned claims)', () => {
 
   it('dead-letters as HANDLER_ABANDONED after 3 abandoned claims, without running the handler again', async () => {
     const clock = { t: Date.now() };
-    const dedupe = new MemoryDedupeStore({ now: () => clock.t });
+    const dedupe = createMemoryDedupe({ now: () => clock.t });
     const event = createTestEnvelope('daily.data.steps.created');
     await abandon(dedupe, event.eventId, 3, clock);
     const handler = vi.fn();
@@ -318,7 +318,7 @@ describe('a handler that keeps killing its worker (abandoned claims)', () => {
 
   it('runs the handler below the limit, and not at all with maxAbandonedClaims 0', async () => {
     const clock = { t: Date.now() };
-    const dedupe = new MemoryDedupeStore({ now: () => clock.t });
+    const dedupe = createMemoryDedupe({ now: () => clock.t });
     const [twice, often] = [
       createTestEnvelope('daily.data.steps.created'),
       createTestEnvelope('coach.nudge.created'),
@@ -349,7 +349,7 @@ describe('a handler that keeps killing its worker (abandoned claims)', () => {
   });
 
   it('a timed-out handler keeps the claim until it stops, then releases it (not counted as abandoned)', async () => {
-    const dedupe = new MemoryDedupeStore();
+    const dedupe = createMemoryDedupe();
     let finish!: () => void;
     const { pipeline: p } = pipeline(
       new Router().on('*', () => new Promise<void>((resolve) => (finish = resolve))),
@@ -380,7 +380,7 @@ describe('secret rotation judged at the enqueue time', () => {
     const handler = vi.fn();
     const p = new Pipeline(SETTINGS, {
       keyring: keyring(notAfter),
-      dedupe: new MemoryDedupeStore(),
+      dedupe: createMemoryDedupe(),
       router: new Router().on('*', handler),
       logger: silentLogger(),
     });
@@ -393,7 +393,7 @@ describe('secret rotation judged at the enqueue time', () => {
     const event = createTestEnvelope('daily.data.steps.created');
     const p = new Pipeline(SETTINGS, {
       keyring: keyring(now - 60_000),
-      dedupe: new MemoryDedupeStore(),
+      dedupe: createMemoryDedupe(),
       router: new Router().on('*', vi.fn()),
       logger: silentLogger(),
     });
@@ -638,7 +638,7 @@ describe('consumer: dead letters, settling, shutdown', () => {
     class RoundTripSource implements SourceAdapter<MemoryMessage> {
       readonly name = 'round-trip';
       readonly maxBatchSize = 2;
-      readonly inner = new MemorySource({ endWhenEmpty: true });
+      readonly inner = createMemorySource({ endWhenEmpty: true });
       pending = 0;
       peakPending = 0;
       #serial: Promise<unknown> = Promise.resolve();
@@ -675,7 +675,7 @@ describe('consumer: dead letters, settling, shutdown', () => {
         source,
         concurrency,
         secrets: [{ id: 'current', secret: TEST_SIGNING_SECRET }],
-        dedupe: new MemoryDedupeStore(),
+        dedupe: createMemoryDedupe(),
         deadLetter: { write: async () => undefined, close: async () => undefined },
         logger: silentLogger(),
       });
@@ -774,7 +774,7 @@ describe('consumer: dead letters, settling, shutdown', () => {
     let active = 0;
     let peak = 0;
     let beats = 0;
-    const source = new MemorySource({ endWhenEmpty: true });
+    const source = createMemorySource({ endWhenEmpty: true });
     const heartbeating = Object.assign(source, {
       heartbeatIntervalMs: 10,
       async heartbeat() {
@@ -789,7 +789,7 @@ describe('consumer: dead letters, settling, shutdown', () => {
     const consumer = createConsumer({
       source: heartbeating,
       secrets: [{ id: 'current', secret: TEST_SIGNING_SECRET }],
-      dedupe: new MemoryDedupeStore(),
+      dedupe: createMemoryDedupe(),
       logger: silentLogger(),
     });
     consumer.on('*', (_e, ctx) => {

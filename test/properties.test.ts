@@ -4,11 +4,11 @@
  */
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { parseEnvelope } from '../src/envelope.js';
-import { VERIFICATION_CODES, VerificationError } from '../src/errors.js';
-import { Keyring, type SigningSecret } from '../src/secrets.js';
-import { sign } from '../src/signature.js';
-import { type VerifyOptions, verifyMessage } from '../src/verify.js';
+import { parseEnvelope } from '../src/core/envelope.js';
+import { VERIFICATION_CODES, VerificationError } from '../src/core/errors.js';
+import { Keyring, type SigningSecret } from '../src/core/secrets.js';
+import { sign } from '../src/core/signature.js';
+import { type VerifyOptions, verifyMessage } from '../src/core/verify.js';
 
 const NUM_RUNS = 150;
 const params = { numRuns: NUM_RUNS };

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
-import { readiness } from '../src/readiness.js';
-import { Keyring } from '../src/secrets.js';
-import type { ConsumerStatus } from '../src/worker.js';
+import type { ConsumerStatus } from '../src/consumer/consumer.js';
+import { Keyring } from '../src/core/secrets.js';
+import { readiness } from '../src/sidecar/readiness.js';
 
 const NOW = 1_800_000_000_000;
 const healthy: ConsumerStatus = {

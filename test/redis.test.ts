@@ -3,12 +3,12 @@ import { fileURLToPath } from 'node:url';
 import { Redis } from 'ioredis';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
-import { MemorySource } from '../adapters/memory/index.js';
-import { RedisDedupeStore } from '../src/dedupe/redis.js';
-import { DedupeUnavailableError } from '../src/errors.js';
-import { silentLogger } from '../src/logger.js';
-import { createTestEnvelope, TEST_SIGNING_SECRET } from '../src/testing.js';
-import { createConsumer } from '../src/worker.js';
+import { createMemorySource } from '../adapters/memory/index.js';
+import { createConsumer } from '../src/consumer/consumer.js';
+import { createTestEnvelope, TEST_SIGNING_SECRET } from '../src/consumer/testing.js';
+import { DedupeUnavailableError } from '../src/core/errors.js';
+import { silentLogger } from '../src/core/logger.js';
+import { createRedisDedupe } from '../src/dedupe/redis.js';
 import { HAS_REDIS, RedisServer } from './support/redis-server.js';
 
 const WORKER = fileURLToPath(new URL('./support/redis-consumer.ts', import.meta.url));
@@ -48,8 +48,8 @@ describe.skipIf(!HAS_REDIS)('Redis dedupe with a real redis-server', () => {
   });
 
   it('keys carry the prefix and the tenant, so tenants never collide', async () => {
-    const a = new RedisDedupeStore({ url: server.url, prefix: 'p', tenant: 'acme', logger: silentLogger() });
-    const b = new RedisDedupeStore({
+    const a = createRedisDedupe({ url: server.url, prefix: 'p', tenant: 'acme', logger: silentLogger() });
+    const b = createRedisDedupe({
       url: server.url,
       prefix: 'p',
       tenant: 'globex',
@@ -69,7 +69,7 @@ describe.skipIf(!HAS_REDIS)('Redis dedupe with a real redis-server', () => {
     ] as const) {
       await admin.config('SET', 'maxmemory-policy', policy);
       const { logger, lines } = capturingLogger();
-      const store = new RedisDedupeStore({ url: server.url, logger, retentionMs: 3_600_000 });
+      const store = createRedisDedupe({ url: server.url, logger, retentionMs: 3_600_000 });
       await store.peek('x');
       await vi.waitFor(() => expect(lines.some((l) => l.msg === 'Redis dedupe store connected')).toBe(true));
       expect(lines.some((l) => String(l.msg).includes('48 h retry window'))).toBe(true);
@@ -80,7 +80,7 @@ describe.skipIf(!HAS_REDIS)('Redis dedupe with a real redis-server', () => {
 
   it('fails closed during an outage (fast, typed), logs it once, and recovers by itself', async () => {
     const { logger, lines } = capturingLogger();
-    const store = new RedisDedupeStore({ url: server.url, logger });
+    const store = createRedisDedupe({ url: server.url, logger });
     expect((await store.claim('evt-before', 5000)).status).toBe('claimed');
     await server.pause();
     await vi.waitFor(() => expect(store.available).toBe(false));
@@ -104,13 +104,13 @@ describe.skipIf(!HAS_REDIS)('Redis dedupe with a real redis-server', () => {
   });
 
   it('a consumer acks nothing new while Redis is down, loses nothing, and resumes when it returns', async () => {
-    const source = new MemorySource();
+    const source = createMemorySource();
     const handled: string[] = [];
     const { logger, lines } = capturingLogger();
     const consumer = createConsumer({
       source,
       secrets: [{ id: 'current', secret: TEST_SIGNING_SECRET }],
-      dedupe: new RedisDedupeStore({ url: server.url, prefix: 'outage', logger: silentLogger() }),
+      dedupe: createRedisDedupe({ url: server.url, prefix: 'outage', logger: silentLogger() }),
       deadLetter: '/dev/null',
       logger,
       concurrency: 4,

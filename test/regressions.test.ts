@@ -8,15 +8,15 @@ import { join } from 'node:path';
 import type { PartitionContext, ReceivedEventData } from '@azure/event-hubs';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { PartitionLane } from '../adapters/event-hubs/partition-lane.js';
-import { MemoryDedupeStore } from '../src/dedupe/memory.js';
-import { SqliteDedupeStore } from '../src/dedupe/sqlite.js';
-import { VerificationError } from '../src/errors.js';
-import { silentLogger } from '../src/logger.js';
-import { Keyring } from '../src/secrets.js';
-import { sign } from '../src/signature.js';
-import { verifyMessage } from '../src/verify.js';
+import { VerificationError } from '../src/core/errors.js';
+import { silentLogger } from '../src/core/logger.js';
+import { Keyring } from '../src/core/secrets.js';
+import { sign } from '../src/core/signature.js';
+import { verifyMessage } from '../src/core/verify.js';
+import { createMemoryDedupe } from '../src/dedupe/memory.js';
+import { createSqliteDedupe } from '../src/dedupe/sqlite.js';
 
-describe('regression — src/signature.ts + src/verify.ts: the HMAC covers a lossy UTF-8 encoding of the body', () => {
+describe('regression — src/core/signature.ts + src/core/verify.ts: the HMAC covers a lossy UTF-8 encoding of the body', () => {
   // `sign` / `matchSignature` feed the body *string* to `Hmac.update`, which encodes it as UTF-8
   // and turns every lone surrogate (U+D800–U+DFFF) into EF BF BD, the bytes of U+FFFD. The body
   // string that `verifyMessage` then parses and trusts is not what was signed: an envelope whose
@@ -71,7 +71,7 @@ describe('regression — src/dedupe/sqlite.ts: peek() bypasses the write queue',
   });
 
   it('MemoryDedupeStore: a peek after a claim in the same tick sees the claim (control)', async () => {
-    const store = new MemoryDedupeStore();
+    const store = createMemoryDedupe();
     const claimed = store.claim('evt-1', 60_000);
     expect(await store.peek('evt-1')).toBe('in_progress');
     expect((await claimed).status).toBe('claimed');
@@ -80,7 +80,7 @@ describe('regression — src/dedupe/sqlite.ts: peek() bypasses the write queue',
   it('SqliteDedupeStore: a peek after a claim in the same tick sees the claim', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'phe-bug-'));
     dirs.push(dir);
-    const store = new SqliteDedupeStore({ path: join(dir, 'dedupe.db') });
+    const store = createSqliteDedupe({ path: join(dir, 'dedupe.db') });
     try {
       const claimed = store.claim('evt-1', 60_000);
       const state = store.peek('evt-1');

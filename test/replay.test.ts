@@ -8,8 +8,8 @@ import { ReceiveMessageCommand } from '@aws-sdk/client-sqs';
 import { QueueClient } from '@azure/storage-queue';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { envelopeText } from '../adapters/event-hubs/body.js';
-import { SqliteDedupeStore } from '../src/dedupe/sqlite.js';
-import { createTestEnvelope, forgedEnvelope } from '../src/testing.js';
+import { createTestEnvelope, forgedEnvelope } from '../src/consumer/testing.js';
+import { createSqliteDedupe } from '../src/dedupe/sqlite.js';
 import { Azurite } from './support/azurite.js';
 import { runCli, startApp } from './support/cli.js';
 import { EventHubsBroker } from './support/event-hubs-broker.js';
@@ -269,7 +269,7 @@ describe('replay --to', () => {
       expect(jsonLines(forced.stdout).at(-1)).toMatchObject({ injected: 1, forced: 1, filtered_out: 4 });
       expect(await drain(client, queue.url)).toEqual([done.raw]);
       // The store forgot it, so the worker handles the re-injected copy instead of acking a duplicate.
-      const store = new SqliteDedupeStore({ path: join(dir.path, 'dedupe.db') });
+      const store = createSqliteDedupe({ path: join(dir.path, 'dedupe.db') });
       try {
         expect(await store.peek(done.eventId)).toBe('absent');
         expect(await store.peek(fresh.eventId)).toBe('absent'); // injected, not yet handled by a worker

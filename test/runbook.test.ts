@@ -9,8 +9,8 @@ import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import { SqliteDedupeStore } from '../src/dedupe/sqlite.js';
-import { createTestEnvelope, forgedEnvelope, TEST_SIGNING_SECRET } from '../src/testing.js';
+import { createTestEnvelope, forgedEnvelope, TEST_SIGNING_SECRET } from '../src/consumer/testing.js';
+import { createSqliteDedupe } from '../src/dedupe/sqlite.js';
 import { startApp, startCli } from './support/cli.js';
 import { createQueue, fauxqsClient, fauxqsEnv, startFauxqs } from './support/fauxqs.js';
 import { tempDir } from './support/harness.js';
@@ -98,7 +98,7 @@ async function scenario(dedupePath: string) {
       deadRecord(forged.raw, { code: 'SIGNATURE_MISMATCH' }),
     ].join('\n')}\n`,
   );
-  const store = new SqliteDedupeStore({ path: dedupePath });
+  const store = createSqliteDedupe({ path: dedupePath });
   const claim = await store.claim(handledSince.eventId, 60_000);
   if (claim.status === 'claimed') await store.complete(handledSince.eventId, claim.token, 3_600_000);
   await store.close();

@@ -6,7 +6,8 @@ import { mkdtempSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { ConfigError } from '../src/errors.js';
+import { createTestEnvelope } from '../src/consumer/testing.js';
+import { ConfigError } from '../src/core/errors.js';
 import {
   ENV_SECRET,
   ENV_SECRET_PREVIOUS,
@@ -17,9 +18,8 @@ import {
   type SigningSecret,
   secretsFromEnv,
   watchSecrets,
-} from '../src/secrets.js';
-import { createTestEnvelope } from '../src/testing.js';
-import { verifyMessage } from '../src/verify.js';
+} from '../src/core/secrets.js';
+import { verifyMessage } from '../src/core/verify.js';
 
 const NOW_MS = 1_780_000_000_000;
 const SECRET = 'whsec-9f2c7b1e4d8a6035-not-a-real-one';

@@ -5,9 +5,9 @@
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import { ConfigError } from '../src/errors.js';
-import { silentLogger } from '../src/logger.js';
-import { createTestEnvelope, forgedEnvelope, TEST_SIGNING_SECRET } from '../src/testing.js';
+import { createTestEnvelope, forgedEnvelope, TEST_SIGNING_SECRET } from '../src/consumer/testing.js';
+import { ConfigError } from '../src/core/errors.js';
+import { silentLogger } from '../src/core/logger.js';
 import { runCli, startApp, startCli } from './support/cli.js';
 import { tempDir } from './support/harness.js';
 import { jsonLines } from './support/records.js';
@@ -87,7 +87,7 @@ describe('sidecar configuration of the queue adapters', () => {
   });
 
   it('reads the sqs, storageQueue and eventHubs sections from file and environment into the adapters', async () => {
-    const { configFromEnv, resolveWorkerConfig } = await import('../src/worker-config.js');
+    const { configFromEnv, resolveSidecarConfig } = await import('../src/sidecar/config.js');
     const { openSource } = await import('../src/cli/sources.js');
     const file = {
       forward: 'http://127.0.0.1:9/events',
@@ -100,7 +100,7 @@ describe('sidecar configuration of the queue adapters', () => {
       PARTNER_EVENTS_SQS_DEAD_LETTER_QUEUE_URL: 'http://127.0.0.1:9/000000000000/dlq',
     });
     const open = (source: string) =>
-      openSource(resolveWorkerConfig({ file: { ...file, source }, env }), silentLogger());
+      openSource(resolveSidecarConfig({ file: { ...file, source }, env }), silentLogger());
 
     const sqs = await open('sqs:http://127.0.0.1:9/000000000000/orders');
     expect(sqs).toMatchObject({ maxBatchSize: 5, maxConcurrentReceives: 2 });
@@ -122,9 +122,9 @@ describe('sidecar configuration of the queue adapters', () => {
   });
 
   it('names the section, the field and its environment variable when a value is wrong', async () => {
-    const { configFromEnv, resolveWorkerConfig } = await import('../src/worker-config.js');
+    const { configFromEnv, resolveSidecarConfig } = await import('../src/sidecar/config.js');
     const attempt = () =>
-      resolveWorkerConfig({
+      resolveSidecarConfig({
         file: { source: 'file:x', forward: 'http://127.0.0.1:9/', storageQueue: { colour: 'blue' } },
         env: configFromEnv({
           PARTNER_EVENTS_SQS_BATCH_SIZE: '50',
@@ -350,13 +350,13 @@ describe('deployment examples', () => {
   it('the Kubernetes example’s worker config is valid for this version', async () => {
     const { readFileSync } = await import('node:fs');
     const { parseAllDocuments } = await import('yaml');
-    const { resolveWorkerConfig } = await import('../src/worker-config.js');
+    const { resolveSidecarConfig } = await import('../src/sidecar/config.js');
     const docs = parseAllDocuments(readFileSync('examples/kubernetes/sidecar.yaml', 'utf8')).map((d) =>
       d.toJS(),
     );
     const configMap = docs.find((d) => d?.kind === 'ConfigMap');
     const { parse } = await import('yaml');
-    const config = resolveWorkerConfig({ file: parse(configMap.data['worker.yaml']) });
+    const config = resolveSidecarConfig({ file: parse(configMap.data['worker.yaml']) });
     expect(config).toMatchObject({
       tenant: 'acme',
       ops: { host: '0.0.0.0', port: 9464 },

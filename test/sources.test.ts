@@ -1,10 +1,10 @@
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { FileSource } from '../adapters/file/index.js';
-import { MemorySource } from '../adapters/memory/index.js';
-import { deadLetterRecord } from '../src/dead-letter.js';
-import { createTestEnvelope } from '../src/testing.js';
+import { createFileSource } from '../adapters/file/index.js';
+import { createMemorySource } from '../adapters/memory/index.js';
+import { createTestEnvelope } from '../src/consumer/testing.js';
+import { deadLetterRecord } from '../src/core/dead-letter-record.js';
 import { tempDir } from './support/harness.js';
 
 let dir: ReturnType<typeof tempDir>;
@@ -29,7 +29,7 @@ describe('FileSource', () => {
   it('stamps each line with its first read time and keeps it on retries (no false TIMESTAMP_TOO_OLD)', async () => {
     const file = join(dir.path, 'in.jsonl');
     writeFileSync(file, `${createTestEnvelope('daily.data.steps.created').raw}\n\n`);
-    const source = new FileSource({ path: file });
+    const source = createFileSource({ path: file });
     const before = Date.now();
     const [first] = (await source.receive(10, never)) ?? [];
     expect(first?.enqueuedAt).toBeGreaterThanOrEqual(before);
@@ -52,7 +52,7 @@ describe('FileSource', () => {
     );
     const file = join(dir.path, 'dead.jsonl');
     writeFileSync(file, `${JSON.stringify(record)}\n`);
-    const source = new FileSource({ path: file });
+    const source = createFileSource({ path: file });
     const [message] = (await source.receive(10, never)) ?? [];
     expect(message).toMatchObject({
       body: event.raw,
@@ -66,7 +66,7 @@ describe('FileSource', () => {
   it('returns promptly from a waiting receive when its signal aborts', async () => {
     const file = join(dir.path, 'in.jsonl');
     writeFileSync(file, `${createTestEnvelope('daily.data.steps.created').raw}\n`);
-    const source = new FileSource({ path: file });
+    const source = createFileSource({ path: file });
     const [m] = (await source.receive(10, never)) ?? [];
     await source.settle(m!, { kind: 'retry', code: 'HANDLER_FAILED', reason: 'x', delayMs: 60_000 });
     const stop = new AbortController();
@@ -79,7 +79,7 @@ describe('FileSource', () => {
 
 describe('MemorySource', () => {
   it('raises the attempt on retry, keeps the enqueue time, and ends when empty if asked', async () => {
-    const source = new MemorySource({ endWhenEmpty: true, now: () => 1_000 });
+    const source = createMemorySource({ endWhenEmpty: true, now: () => 1_000 });
     source.send('x');
     const [m] = (await source.receive(10, never)) ?? [];
     await source.settle(m!, { kind: 'retry', code: 'HANDLER_FAILED', reason: 'x', delayMs: 1 });

@@ -18,12 +18,17 @@ import {
   type SqsMessage,
   sqsSourceFromCli,
 } from '../adapters/sqs/index.js';
-import { MemoryDedupeStore } from '../src/dedupe/memory.js';
-import { sqliteDedupe } from '../src/dedupe/sqlite.js';
-import { ConfigError } from '../src/errors.js';
-import { silentLogger } from '../src/logger.js';
-import { createTestEnvelope, staleEnvelope, TEST_SIGNING_SECRET } from '../src/testing.js';
-import { type Consumer, type ConsumerOptions, createConsumer, type SettledReport } from '../src/worker.js';
+import {
+  type Consumer,
+  type ConsumerOptions,
+  createConsumer,
+  type SettledReport,
+} from '../src/consumer/consumer.js';
+import { createTestEnvelope, staleEnvelope, TEST_SIGNING_SECRET } from '../src/consumer/testing.js';
+import { ConfigError } from '../src/core/errors.js';
+import { silentLogger } from '../src/core/logger.js';
+import { createMemoryDedupe } from '../src/dedupe/memory.js';
+import { createSqliteDedupe } from '../src/dedupe/sqlite.js';
 import { createQueue, type FauxqsServer, fauxqsClient, sqsCounts, startFauxqs } from './support/fauxqs.js';
 import { tempDir } from './support/harness.js';
 
@@ -120,7 +125,7 @@ async function setup(
   const consumer = createConsumer<SqsMessage>({
     source: adapter,
     secrets: [{ id: 'current', secret: TEST_SIGNING_SECRET }],
-    dedupe: new MemoryDedupeStore(),
+    dedupe: createMemoryDedupe(),
     deadLetter: deadLetterPath,
     logger: silentLogger(),
     retry: { maxAttempts: 3, baseDelayMs: 0, maxDelayMs: 0 },
@@ -198,7 +203,7 @@ describe('SqsAdapter through the consumer (fauxqs)', () => {
     const dir = tempDir('phe-sqs-sqlite-');
     cleanups.push(() => dir.cleanup());
     const s = await setup({
-      consumer: { dedupe: sqliteDedupe({ path: join(dir.path, 'dedupe.sqlite') }), concurrency: 16 },
+      consumer: { dedupe: createSqliteDedupe({ path: join(dir.path, 'dedupe.sqlite') }), concurrency: 16 },
     });
     const events = Array.from({ length: 25 }, (_, i) =>
       createTestEnvelope(i % 2 ? 'daily.data.heart_rate.created' : 'daily.data.steps.created'),
@@ -547,7 +552,7 @@ describe('SqsAdapter errors and options', () => {
     const consumer = createConsumer<SqsMessage>({
       source: adapter,
       secrets: [{ id: 'current', secret: TEST_SIGNING_SECRET }],
-      dedupe: new MemoryDedupeStore(),
+      dedupe: createMemoryDedupe(),
       logger: silentLogger(),
     });
     cleanups.push(() => consumer.stop());

@@ -5,19 +5,25 @@ import { join } from 'node:path';
 import { type QueueClient, QueueSASPermissions, QueueServiceClient } from '@azure/storage-queue';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import {
+  createStorageQueueAdapter,
   decodeMessageText,
   isStorageQueueSpec,
-  StorageQueueAdapter,
+  type StorageQueueAdapter,
   type StorageQueueAdapterOptions,
   type StorageQueueMessage,
   storageQueueSourceFromCli,
 } from '../adapters/storage-queue/index.js';
-import type { DeadLetterRecord } from '../src/dead-letter.js';
-import { AdapterError, ConfigError } from '../src/errors.js';
-import { createLogger } from '../src/logger.js';
-import type { HandlerContext } from '../src/router.js';
-import { createTestEnvelope, staleEnvelope, TEST_SIGNING_SECRET } from '../src/testing.js';
-import { type Consumer, type ConsumerOptions, createConsumer, type SettledReport } from '../src/worker.js';
+import {
+  type Consumer,
+  type ConsumerOptions,
+  createConsumer,
+  type SettledReport,
+} from '../src/consumer/consumer.js';
+import type { HandlerContext } from '../src/consumer/router.js';
+import { createTestEnvelope, staleEnvelope, TEST_SIGNING_SECRET } from '../src/consumer/testing.js';
+import type { DeadLetterRecord } from '../src/core/dead-letter-record.js';
+import { AdapterError, ConfigError } from '../src/core/errors.js';
+import { createLogger } from '../src/core/logger.js';
 import { Azurite } from './support/azurite.js';
 import { tempDir } from './support/harness.js';
 
@@ -84,7 +90,7 @@ async function start(
   );
   const adapter =
     options.source ??
-    new StorageQueueAdapter({
+    createStorageQueueAdapter({
       queueClient: queue,
       pollIntervalMs: 10,
       maxPollIntervalMs: 100,
@@ -319,7 +325,7 @@ describe('StorageQueueAdapter against Azurite', () => {
   it('a settle racing an in-flight heartbeat waits for it and uses the receipt it returned', async () => {
     const queue = await newQueue();
     await queue.sendMessage(createTestEnvelope('daily.data.steps.created').raw);
-    const adapter = new StorageQueueAdapter({
+    const adapter = createStorageQueueAdapter({
       queueClient: queue,
       logger: createLogger({ level: 'silent' }),
     });
@@ -451,7 +457,7 @@ describe('StorageQueueAdapter against Azurite', () => {
   });
 
   it('receive from a missing queue throws an AdapterError naming the service code', async () => {
-    const adapter = new StorageQueueAdapter({
+    const adapter = createStorageQueueAdapter({
       queueClient: service.getQueueClient('does-not-exist'),
       logger: createLogger({ level: 'silent' }),
     });
@@ -494,7 +500,7 @@ describe('StorageQueueAdapter when the service stalls or is down', () => {
   it('a receive with no answer fails after requestTimeoutMs with an AdapterError saying so', async () => {
     const stalled = await stalledServer();
     try {
-      const adapter = new StorageQueueAdapter({
+      const adapter = createStorageQueueAdapter({
         queueName: 'stalled',
         connectionString: connectionStringFor(stalled.port),
         requestTimeoutMs: 300,
@@ -510,7 +516,7 @@ describe('StorageQueueAdapter when the service stalls or is down', () => {
 
       // A stop during a stalled receive ends it at once, without an error (its own timeout is
       // past the test's: the stop alone can end it).
-      const patient = new StorageQueueAdapter({
+      const patient = createStorageQueueAdapter({
         queueName: 'stalled',
         connectionString: connectionStringFor(stalled.port),
         requestTimeoutMs: 600_000,
@@ -529,7 +535,7 @@ describe('StorageQueueAdapter when the service stalls or is down', () => {
 
   it('a worker reports a stalled service as a receive error, and keeps trying', async () => {
     const stalled = await stalledServer();
-    const adapter = new StorageQueueAdapter({
+    const adapter = createStorageQueueAdapter({
       queueName: 'stalled',
       connectionString: connectionStringFor(stalled.port),
       requestTimeoutMs: 200,
@@ -555,7 +561,7 @@ describe('StorageQueueAdapter when the service stalls or is down', () => {
     const stalled = await stalledServer();
     const port = stalled.port;
     await stalled.close(); // nothing listens there now: connections are refused
-    const adapter = new StorageQueueAdapter({
+    const adapter = createStorageQueueAdapter({
       queueName: 'down',
       connectionString: connectionStringFor(port),
       logger: createLogger({ level: 'silent' }),
@@ -678,12 +684,11 @@ describe('storageQueueSourceFromCli', () => {
 
   it('validates options at construction', () => {
     const queueClient = service.getQueueClient('orders');
-    expect(() => new StorageQueueAdapter({ queueClient, numberOfMessages: 33 })).toThrow(ConfigError);
-    expect(
-      () =>
-        new StorageQueueAdapter({ queueClient, visibilityTimeoutSeconds: 10, heartbeatIntervalSeconds: 10 }),
+    expect(() => createStorageQueueAdapter({ queueClient, numberOfMessages: 33 })).toThrow(ConfigError);
+    expect(() =>
+      createStorageQueueAdapter({ queueClient, visibilityTimeoutSeconds: 10, heartbeatIntervalSeconds: 10 }),
     ).toThrow(/shorter than visibilityTimeoutSeconds/);
-    expect(() => new StorageQueueAdapter({ queueClient: service.getQueueClient('a'.repeat(60)) })).toThrow(
+    expect(() => createStorageQueueAdapter({ queueClient: service.getQueueClient('a'.repeat(60)) })).toThrow(
       /poison queue name/,
     );
   });

@@ -4,17 +4,21 @@
  */
 import { createHmac } from 'node:crypto';
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import { DEFAULT_MAX_ENVELOPE_BYTES, parseEnvelope } from '../src/envelope.js';
-import { VERIFICATION_CODES, type VerificationCode, VerificationError } from '../src/errors.js';
-import { Keyring } from '../src/secrets.js';
-import { matchSignature, sign } from '../src/signature.js';
-import { createTestEnvelope, TEST_SIGNING_SECRET, type TestEnvelopeOptions } from '../src/testing.js';
+import {
+  createTestEnvelope,
+  TEST_SIGNING_SECRET,
+  type TestEnvelopeOptions,
+} from '../src/consumer/testing.js';
+import { DEFAULT_MAX_ENVELOPE_BYTES, parseEnvelope } from '../src/core/envelope.js';
+import { VERIFICATION_CODES, type VerificationCode, VerificationError } from '../src/core/errors.js';
+import { Keyring } from '../src/core/secrets.js';
+import { matchSignature, sign } from '../src/core/signature.js';
 import {
   DEFAULT_MAX_AGE_SECONDS,
   DEFAULT_MAX_FUTURE_SKEW_SECONDS,
   type VerifyOptions,
   verifyMessage,
-} from '../src/verify.js';
+} from '../src/core/verify.js';
 
 /** A fixed clock, on a whole second, so edges are exact. */
 const NOW_MS = 1_780_000_000_000;

@@ -14,11 +14,11 @@ import {
   type TokenCredential,
 } from '@azure/event-hubs';
 import type { Logger } from 'pino';
-import type { RawMessage, SourceAdapter } from '../../src/adapter.js';
-import { AdapterError, ConfigError, errorMessage } from '../../src/errors.js';
-import { createLogger } from '../../src/logger.js';
-import type { Outcome } from '../../src/outcome.js';
-import { Waker } from '../../src/wake.js';
+import { AdapterError, ConfigError, errorMessage } from '../../src/core/errors.js';
+import { createLogger } from '../../src/core/logger.js';
+import type { Outcome } from '../../src/core/outcome.js';
+import type { RawMessage, SourceAdapter } from '../../src/core/source-adapter.js';
+import { Waker } from '../../src/core/waker.js';
 import { envelopeText } from './body.js';
 import { PartitionLane } from './partition-lane.js';
 import { PoisonHub } from './poison-hub.js';

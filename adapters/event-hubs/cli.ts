@@ -1,9 +1,9 @@
 import type { Checkpoint, CheckpointStore, PartitionOwnership, TokenCredential } from '@azure/event-hubs';
 import type { Logger } from 'pino';
-import { definedOnly } from '../../src/defined.js';
-import { ConfigError } from '../../src/errors.js';
-import { redact } from '../../src/redact.js';
-import { DEFAULT_CHECKPOINT_PATH, EventHubsAdapter } from './adapter.js';
+import { definedOnly } from '../../src/core/defined.js';
+import { ConfigError } from '../../src/core/errors.js';
+import { redact } from '../../src/core/redact.js';
+import { createEventHubsAdapter, DEFAULT_CHECKPOINT_PATH, type EventHubsAdapter } from './adapter.js';
 import { type EventHubsTuning, HUB_NAME } from './tuning.js';
 
 export const CLI_SCHEME = 'azure-event-hubs:';
@@ -54,7 +54,7 @@ export function eventHubsSourceFromCli(
   const auth = connectionString
     ? { connectionString }
     : { fullyQualifiedNamespace: namespace as string, credential: credential as TokenCredential };
-  return new EventHubsAdapter({
+  return createEventHubsAdapter({
     ...definedOnly(tuning),
     ...auth,
     eventHubName,

@@ -1,6 +1,6 @@
 import type { PartitionContext, ReceivedEventData } from '@azure/event-hubs';
 import type { Logger } from 'pino';
-import { errorMessage } from '../../src/errors.js';
+import { errorMessage } from '../../src/core/errors.js';
 
 /**
  * One owned partition: the events the SDK pushed and not yet settled, in order. At most one

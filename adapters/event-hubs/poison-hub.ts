@@ -1,7 +1,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { EventHubProducerClient, ReceivedEventData } from '@azure/event-hubs';
 import type { Logger } from 'pino';
-import { errorMessage } from '../../src/errors.js';
+import { errorMessage } from '../../src/core/errors.js';
 
 /** `AmqpAnnotatedMessage` (from @azure/core-amqp, which partners do not install themselves). */
 type AmqpMessage = ReturnType<ReceivedEventData['getRawAmqpMessage']>;

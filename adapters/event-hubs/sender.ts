@@ -1,7 +1,7 @@
 import { EventHubProducerClient } from '@azure/event-hubs';
-import { AdapterError, ConfigError, errorMessage } from '../../src/errors.js';
-import { redact } from '../../src/redact.js';
-import type { Delivery, OutgoingMessage, Target } from '../../src/target.js';
+import { AdapterError, ConfigError, errorMessage } from '../../src/core/errors.js';
+import { redact } from '../../src/core/redact.js';
+import type { Delivery, OutgoingMessage, Target } from '../../src/core/target.js';
 import { CLI_SCHEME, ENV_CONNECTION_STRING } from './cli.js';
 import { HUB_NAME } from './tuning.js';
 

@@ -1,15 +1,15 @@
 import { createReadStream } from 'node:fs';
 import { createInterface } from 'node:readline';
-import type { RawMessage, SourceAdapter } from '../../src/adapter.js';
 import {
   envelopeOfDeadLetter,
   isDeadLetterRecord,
   isTruncatedDeadLetter,
   storedRawOfDeadLetter,
   truncatedError,
-} from '../../src/dead-letter.js';
-import type { Outcome } from '../../src/outcome.js';
-import { Waker } from '../../src/wake.js';
+} from '../../src/core/dead-letter-record.js';
+import type { Outcome } from '../../src/core/outcome.js';
+import type { RawMessage, SourceAdapter } from '../../src/core/source-adapter.js';
+import { Waker } from '../../src/core/waker.js';
 
 export interface FileMessage extends RawMessage {
   /** 1-based line number in the file. */
@@ -162,6 +162,6 @@ function parseTime(text: string | null): number | undefined {
   return Number.isNaN(ms) ? undefined : ms;
 }
 
-export function fileSource(options: FileSourceOptions): FileSource {
+export function createFileSource(options: FileSourceOptions): FileSource {
   return new FileSource(options);
 }

@@ -1,10 +1,10 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import type { RawMessage, SourceAdapter } from '../../src/adapter.js';
-import { DEFAULT_MAX_ENVELOPE_BYTES } from '../../src/envelope.js';
-import { ConfigError } from '../../src/errors.js';
-import type { Outcome } from '../../src/outcome.js';
-import { Waker } from '../../src/wake.js';
+import { DEFAULT_MAX_ENVELOPE_BYTES } from '../../src/core/envelope.js';
+import { ConfigError } from '../../src/core/errors.js';
+import type { Outcome } from '../../src/core/outcome.js';
+import type { RawMessage, SourceAdapter } from '../../src/core/source-adapter.js';
+import { Waker } from '../../src/core/waker.js';
 
 export interface HttpIngressOptions {
   /** Interface to bind. Default `127.0.0.1`; `0.0.0.0` to accept from other hosts. */
@@ -265,6 +265,6 @@ function reply(res: ServerResponse, status: number, body: Record<string, unknown
   res.writeHead(status, { 'content-type': 'application/json' }).end(`${JSON.stringify(body)}\n`);
 }
 
-export function httpIngress(options: HttpIngressOptions): Promise<HttpIngressSource> {
+export function createHttpIngress(options: HttpIngressOptions): Promise<HttpIngressSource> {
   return HttpIngressSource.listen(options);
 }

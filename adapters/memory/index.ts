@@ -1,6 +1,6 @@
-import type { RawMessage, SourceAdapter } from '../../src/adapter.js';
-import type { Outcome } from '../../src/outcome.js';
-import { Waker } from '../../src/wake.js';
+import type { Outcome } from '../../src/core/outcome.js';
+import type { RawMessage, SourceAdapter } from '../../src/core/source-adapter.js';
+import { Waker } from '../../src/core/waker.js';
 
 export interface MemoryMessage extends RawMessage {
   readonly id: string;
@@ -117,6 +117,6 @@ export class MemorySource implements SourceAdapter<MemoryMessage> {
   }
 }
 
-export function memorySource(options?: MemorySourceOptions): MemorySource {
+export function createMemorySource(options?: MemorySourceOptions): MemorySource {
   return new MemorySource(options);
 }

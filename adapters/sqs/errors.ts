@@ -1,5 +1,5 @@
 import type { BatchResultErrorEntry } from '@aws-sdk/client-sqs';
-import { AdapterError } from '../../src/errors.js';
+import { AdapterError } from '../../src/core/errors.js';
 
 /** The fields of an AWS SDK v3 service error that say whose fault it was. */
 interface SdkErrorShape {

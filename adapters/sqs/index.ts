@@ -13,11 +13,11 @@ import {
   SQSClient,
 } from '@aws-sdk/client-sqs';
 import type { Logger } from 'pino';
-import type { SourceAdapter } from '../../src/adapter.js';
-import { definedOnly } from '../../src/defined.js';
-import { ConfigError, errorMessage } from '../../src/errors.js';
-import { silentLogger } from '../../src/logger.js';
-import type { Outcome } from '../../src/outcome.js';
+import { definedOnly } from '../../src/core/defined.js';
+import { ConfigError, errorMessage } from '../../src/core/errors.js';
+import { silentLogger } from '../../src/core/logger.js';
+import type { Outcome } from '../../src/core/outcome.js';
+import type { SourceAdapter } from '../../src/core/source-adapter.js';
 import { Batcher, type EntryResults } from './batcher.js';
 import { BatchEntryError, isNotInFlight, isRetryableFailure, sqsFailure } from './errors.js';
 import { type SqsMessage, toSqsMessage } from './message.js';

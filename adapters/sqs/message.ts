@@ -1,5 +1,5 @@
 import type { Message } from '@aws-sdk/client-sqs';
-import type { RawMessage } from '../../src/adapter.js';
+import type { RawMessage } from '../../src/core/source-adapter.js';
 
 /** One SQS delivery. `body` is the message Body exactly as received (the HMAC covers it). */
 export interface SqsMessage extends RawMessage {

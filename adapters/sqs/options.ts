@@ -1,8 +1,8 @@
 import type { SQSClient } from '@aws-sdk/client-sqs';
 import type { Logger } from 'pino';
 import { z } from 'zod';
-import { ConfigError } from '../../src/errors.js';
-import { redact } from '../../src/redact.js';
+import { ConfigError } from '../../src/core/errors.js';
+import { redact } from '../../src/core/redact.js';
 
 /** SQS caps: messages per receive and entries per batch call. */
 export const SQS_MAX_BATCH = 10;

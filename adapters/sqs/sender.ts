@@ -1,8 +1,8 @@
 import { randomUUID } from 'node:crypto';
 import { SendMessageCommand, SQSClient } from '@aws-sdk/client-sqs';
-import { AdapterError, ConfigError, errorMessage } from '../../src/errors.js';
-import { redact } from '../../src/redact.js';
-import type { Delivery, OutgoingMessage, Target } from '../../src/target.js';
+import { AdapterError, ConfigError, errorMessage } from '../../src/core/errors.js';
+import { redact } from '../../src/core/redact.js';
+import type { Delivery, OutgoingMessage, Target } from '../../src/core/target.js';
 import { isFifoQueue, queueNameOf } from './options.js';
 import { cliClientConfig } from './url.js';
 

@@ -3,7 +3,7 @@
  * `--to` values without loading it.
  */
 
-import { redact } from '../../src/redact.js';
+import { redact } from '../../src/core/redact.js';
 
 /** An AWS SQS queue URL (commercial or China partitions, legacy `queue.amazonaws.com` hosts). */
 export const AWS_QUEUE_URL =

@@ -1,18 +1,11 @@
 import type { QueueClient, ReceivedMessageItem } from '@azure/storage-queue';
 import type { Logger } from 'pino';
-import type { RawMessage, SourceAdapter } from '../../src/adapter.js';
-import { AdapterError, ConfigError } from '../../src/errors.js';
-import { createLogger } from '../../src/logger.js';
-import type { Outcome } from '../../src/outcome.js';
+import { AdapterError, ConfigError } from '../../src/core/errors.js';
+import { createLogger } from '../../src/core/logger.js';
+import type { Outcome } from '../../src/core/outcome.js';
+import type { RawMessage, SourceAdapter } from '../../src/core/source-adapter.js';
 import { decodeMessageText, ENCODING_FIXES, type EncodingHint } from './encoding.js';
 import { MessageLease } from './lease.js';
-import { adapterError } from './service-error.js';
-import {
-  MAX_VISIBILITY_SECONDS,
-  parseStorageQueueSettings,
-  type StorageQueueSettings,
-  type StorageQueueSettingsInput,
-} from './settings.js';
 import {
   CONNECTION_STRING_ENV,
   checkQueueName,
@@ -20,15 +13,22 @@ import {
   type ResolvedTarget,
   resolveTarget,
   type StorageQueueTarget,
-} from './target.js';
+} from './queue-address.js';
+import { adapterError } from './service-error.js';
+import {
+  MAX_VISIBILITY_SECONDS,
+  parseStorageQueueSettings,
+  type StorageQueueSettings,
+  type StorageQueueSettingsInput,
+} from './settings.js';
 
 export { type DecodedText, decodeMessageText, type EncodingHint, type MessageEncoding } from './encoding.js';
+export { CONNECTION_STRING_ENV, type StorageQueueTarget, type TokenCredential } from './queue-address.js';
 export {
   MAX_MESSAGES_PER_RECEIVE,
   MAX_VISIBILITY_SECONDS,
   type StorageQueueSettingsInput,
 } from './settings.js';
-export { CONNECTION_STRING_ENV, type StorageQueueTarget, type TokenCredential } from './target.js';
 
 /** One Storage Queue message. `body` is the envelope text the HMAC is checked on (decoded if base64). */
 export interface StorageQueueMessage extends RawMessage {

@@ -1,7 +1,7 @@
 import type { QueueClient } from '@azure/storage-queue';
-import { AdapterError, ConfigError, errorMessage } from '../../src/errors.js';
-import type { Delivery, OutgoingMessage, Target } from '../../src/target.js';
-import { CONNECTION_STRING_ENV, resolveTarget, type StorageQueueTarget } from './target.js';
+import { AdapterError, ConfigError, errorMessage } from '../../src/core/errors.js';
+import type { Delivery, OutgoingMessage, Target } from '../../src/core/target.js';
+import { CONNECTION_STRING_ENV, resolveTarget, type StorageQueueTarget } from './queue-address.js';
 
 const PREFIX = 'azure-storage-queue:';
 

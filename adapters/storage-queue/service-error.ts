@@ -1,4 +1,4 @@
-import { AdapterError } from '../../src/errors.js';
+import { AdapterError } from '../../src/core/errors.js';
 
 /** What the Storage service said about a failed call (a `RestError`), read without trusting its type. */
 export interface ServiceErrorInfo {

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { ConfigError } from '../../src/errors.js';
+import { ConfigError } from '../../src/core/errors.js';
 
 /** Storage Queue's limits: 32 messages per Get Messages call, visibility at most 7 days. */
 export const MAX_MESSAGES_PER_RECEIVE = 32;

@@ -1,11 +1,11 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { type ParseArgsConfig, parseArgs } from 'node:util';
 import type { Logger } from 'pino';
-import { MemoryDedupeStore } from '../dedupe/memory.js';
-import { sqliteDedupe } from '../dedupe/sqlite.js';
+import { ConfigError, errorMessage } from '../core/errors.js';
+import { Keyring, readSecretsFile, secretsFromEnv } from '../core/secrets.js';
+import { createMemoryDedupe } from '../dedupe/memory.js';
+import { createSqliteDedupe } from '../dedupe/sqlite.js';
 import type { DedupeStore } from '../dedupe/types.js';
-import { ConfigError, errorMessage } from '../errors.js';
-import { Keyring, readSecretsFile, secretsFromEnv } from '../secrets.js';
 
 /** A mistake in how the command was called: exit code 2, with a hint. */
 export class UsageError extends Error {
@@ -50,10 +50,10 @@ export async function openDedupe(
     if (!path) {
       throw new UsageError('--dedupe sqlite: needs a path, e.g. sqlite:/var/lib/partner-events/dedupe.db');
     }
-    if (options.readOnly && !existsSync(path)) return new MemoryDedupeStore();
-    return sqliteDedupe({ path });
+    if (options.readOnly && !existsSync(path)) return createMemoryDedupe();
+    return createSqliteDedupe({ path });
   }
-  if (spec === 'memory') return new MemoryDedupeStore();
+  if (spec === 'memory') return createMemoryDedupe();
   if (spec.startsWith('redis://') || spec.startsWith('rediss://')) {
     let redis: typeof import('../dedupe/redis.js');
     try {
@@ -61,7 +61,7 @@ export async function openDedupe(
     } catch (cause) {
       throw new ConfigError('--dedupe redis:// needs the ioredis package: npm install ioredis', { cause });
     }
-    return redis.redisDedupe({
+    return redis.createRedisDedupe({
       url: spec,
       tenant: options.tenant ?? process.env.PARTNER_EVENTS_TENANT ?? 'default',
       ...(options.logger ? { logger: options.logger } : {}),
@@ -86,10 +86,6 @@ export function readInput(file: string): string {
   } catch (error) {
     throw new UsageError(`cannot read ${file}: ${errorMessage(error)}`);
   }
-}
-
-export function isConfigError(error: unknown): error is ConfigError {
-  return error instanceof ConfigError;
 }
 
 export function writeLine(text: string): void {

@@ -4,14 +4,14 @@ import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { styleText } from 'node:util';
-import { MemorySource } from '../../adapters/memory/index.js';
-import { sqliteDedupe } from '../dedupe/sqlite.js';
-import { EVENT_TYPES } from '../events/schemas.js';
-import { createForwarder, describeUrl } from '../forward.js';
-import { silentLogger } from '../logger.js';
-import type { Outcome } from '../outcome.js';
-import { createTestEnvelope } from '../testing.js';
-import { createConsumer, type SettledReport } from '../worker.js';
+import { createMemorySource } from '../../adapters/memory/index.js';
+import { createConsumer, type SettledReport } from '../consumer/consumer.js';
+import { createTestEnvelope } from '../consumer/testing.js';
+import { EVENT_TYPES } from '../core/events/schemas.js';
+import { silentLogger } from '../core/logger.js';
+import type { Outcome } from '../core/outcome.js';
+import { createSqliteDedupe } from '../dedupe/sqlite.js';
+import { createForwarder, describeUrl } from '../sidecar/forward.js';
 import { parse, writeLine } from './common.js';
 import { terminalSafe } from './terminal-safe.js';
 
@@ -36,7 +36,7 @@ export async function demoCommand(args: string[]): Promise<number> {
   const count = Math.max(1, Number(values.events) || EVENT_TYPES.length);
   const dir = mkdtempSync(join(tmpdir(), 'partner-events-demo-'));
   const app = await startApp();
-  const source = new MemorySource({ name: 'demo-queue', endWhenEmpty: true });
+  const source = createMemorySource({ name: 'demo-queue', endWhenEmpty: true });
   const deadLetterPath = join(dir, 'dead-letters.jsonl');
   const stats = { handled: 0, duplicates: 0, dead: 0, retries: 0 };
 
@@ -50,7 +50,7 @@ export async function demoCommand(args: string[]): Promise<number> {
   const consumer = createConsumer({
     source,
     secrets: [{ id: 'current', secret: DEMO_SECRET }],
-    dedupe: sqliteDedupe({ path: join(dir, 'dedupe.db') }),
+    dedupe: createSqliteDedupe({ path: join(dir, 'dedupe.db') }),
     deadLetter: deadLetterPath,
     logger: silentLogger(),
     concurrency: 4,

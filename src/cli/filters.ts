@@ -1,4 +1,4 @@
-import { parseEnvelope } from '../envelope.js';
+import { parseEnvelope } from '../core/envelope.js';
 import { UsageError } from './common.js';
 
 /**

@@ -1,5 +1,5 @@
-import { isPartnerEventsError } from '../errors.js';
-import { redact } from '../redact.js';
+import { isPartnerEventsError } from '../core/errors.js';
+import { redact } from '../core/redact.js';
 import { UsageError, writeLine } from './common.js';
 import { DEMO_USAGE, demoCommand } from './demo.js';
 import { REPLAY_USAGE, replayCommand } from './replay.js';

@@ -1,7 +1,7 @@
-import { ConfigError } from '../errors.js';
-import { EVENT_TYPES, type EventType, isKnownEventType } from '../events/schemas.js';
-import { ENV_SECRET, Keyring } from '../secrets.js';
-import { sign } from '../signature.js';
+import { ConfigError } from '../core/errors.js';
+import { EVENT_TYPES, type EventType, isKnownEventType } from '../core/events/schemas.js';
+import { ENV_SECRET, Keyring } from '../core/secrets.js';
+import { sign } from '../core/signature.js';
 import { UsageError } from './common.js';
 import { globMatches } from './filters.js';
 

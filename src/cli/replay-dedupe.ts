@@ -1,6 +1,6 @@
-import { MemoryDedupeStore } from '../dedupe/memory.js';
+import { ConfigError } from '../core/errors.js';
+import { createMemoryDedupe } from '../dedupe/memory.js';
 import type { ClaimResult, DedupeState, DedupeStore } from '../dedupe/types.js';
-import { ConfigError } from '../errors.js';
 
 const FORCED = 'forced:';
 
@@ -59,7 +59,7 @@ export function injectingDedupe(
       '--force with --to needs a dedupe store that can forget an event (sqlite:, redis:): this one cannot',
     );
   }
-  const run = new MemoryDedupeStore();
+  const run = createMemoryDedupe();
   return {
     async claim(eventId: string, leaseMs: number): Promise<ClaimResult> {
       if ((await store.peek(eventId)) === 'done') {

@@ -1,6 +1,6 @@
-import { type FileMessage, FileSource } from '../../adapters/file/index.js';
-import type { SourceAdapter } from '../adapter.js';
-import type { Outcome } from '../outcome.js';
+import { createFileSource, type FileMessage, type FileSource } from '../../adapters/file/index.js';
+import type { Outcome } from '../core/outcome.js';
+import type { SourceAdapter } from '../core/source-adapter.js';
 import { isEmptyFilter, matchesFilter, type ReplayFilter } from './filters.js';
 import type { Pacer } from './rate.js';
 
@@ -37,7 +37,7 @@ export class ReplaySource implements SourceAdapter<FileMessage> {
   #filteredOut = 0;
 
   constructor(options: ReplaySourceOptions) {
-    this.#inner = new FileSource({ path: options.path });
+    this.#inner = createFileSource({ path: options.path });
     this.name = this.#inner.name;
     this.maxBatchSize = this.#inner.maxBatchSize;
     this.#filter = options.filter;

@@ -1,8 +1,9 @@
 import { accessSync, constants, statSync } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
 import type { FileMessage } from '../../adapters/file/index.js';
-import { JsonlDeadLetterSink } from '../dead-letter.js';
-import type { DedupeStore } from '../dedupe/types.js';
+import { createConsumer, type SettledReport } from '../consumer/consumer.js';
+import { createJsonlDeadLetters } from '../consumer/dead-letter-sink.js';
+import type { HandlerContext } from '../consumer/router.js';
 import {
   DeadLetterError,
   type ErrorCode,
@@ -11,15 +12,14 @@ import {
   RetryLaterError,
   VERIFICATION_CODES,
   VerificationError,
-} from '../errors.js';
-import { validateEvent } from '../events/validate.js';
-import { createForwarder, describeUrl, forwardUrlProblem, hasCredentials } from '../forward.js';
-import { createLogger } from '../logger.js';
-import { redact } from '../redact.js';
-import type { HandlerContext } from '../router.js';
-import type { Keyring } from '../secrets.js';
-import { verifyMessage } from '../verify.js';
-import { createConsumer, type SettledReport } from '../worker.js';
+} from '../core/errors.js';
+import { validateEvent } from '../core/events/validate.js';
+import { createLogger } from '../core/logger.js';
+import { redact } from '../core/redact.js';
+import type { Keyring } from '../core/secrets.js';
+import { verifyMessage } from '../core/verify.js';
+import type { DedupeStore } from '../dedupe/types.js';
+import { createForwarder, describeUrl, forwardUrlProblem, hasCredentials } from '../sidecar/forward.js';
 import {
   DEFAULT_DEDUPE,
   loadKeyring,
@@ -188,7 +188,7 @@ export async function replayCommand(args: string[]): Promise<number> {
       dirname(file),
       `${basename(file, '.jsonl')}.failed-${new Date().toISOString().replace(/[:.]/g, '-')}.jsonl`,
     );
-  const sink = new JsonlDeadLetterSink(deadLetterPath);
+  const sink = createJsonlDeadLetters(deadLetterPath);
   const tally = new ReplayTally();
   const forced = new Set<string>();
   const progress = new Progress(await countLines(file));

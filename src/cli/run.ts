@@ -1,17 +1,22 @@
 import { resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import type { Logger } from 'pino';
-import { type ConsumerSettingsInput, consumerSettingsSchema } from '../config.js';
-import { ConfigError, errorMessage } from '../errors.js';
-import { createForwarder, describeUrl } from '../forward.js';
-import { createLogger } from '../logger.js';
-import { ConsumerMetrics } from '../metrics.js';
-import { type OpsServer, startOpsServer } from '../ops.js';
-import { readiness } from '../readiness.js';
-import type { EventPattern, Handler } from '../router.js';
-import { ENV_SECRETS_FILE, type Keyring, readSecretsFile, watchSecrets } from '../secrets.js';
-import { type Consumer, createConsumer } from '../worker.js';
-import { configFromEnv, configFromFile, resolveWorkerConfig, type WorkerConfig } from '../worker-config.js';
+import { type Consumer, createConsumer } from '../consumer/consumer.js';
+import type { EventPattern, Handler } from '../consumer/router.js';
+import { type ConsumerSettingsInput, consumerSettingsSchema } from '../consumer/settings.js';
+import { ConfigError, errorMessage } from '../core/errors.js';
+import { createLogger } from '../core/logger.js';
+import { ENV_SECRETS_FILE, type Keyring, readSecretsFile, watchSecrets } from '../core/secrets.js';
+import {
+  configFromEnv,
+  configFromFile,
+  resolveSidecarConfig,
+  type SidecarConfig,
+} from '../sidecar/config.js';
+import { createForwarder, describeUrl } from '../sidecar/forward.js';
+import { ConsumerMetrics } from '../sidecar/metrics.js';
+import { type OpsServer, startOpsServer } from '../sidecar/ops-server.js';
+import { readiness } from '../sidecar/readiness.js';
 import {
   DEFAULT_DEDUPE,
   loadKeyring,
@@ -89,7 +94,7 @@ export async function runCommand(args: string[]): Promise<number> {
       host: values['ops-host'],
     },
   };
-  const config = resolveWorkerConfig({
+  const config = resolveSidecarConfig({
     ...(values.config ? { file: configFromFile(values.config) } : {}),
     env: configFromEnv(process.env),
     flags,
@@ -162,7 +167,7 @@ export async function runCommand(args: string[]): Promise<number> {
   return 0;
 }
 
-function pickConsumerSettings(config: WorkerConfig): ConsumerSettingsInput {
+function pickConsumerSettings(config: SidecarConfig): ConsumerSettingsInput {
   const keys = Object.keys(consumerSettingsSchema.shape) as (keyof ConsumerSettingsInput)[];
   return Object.fromEntries(keys.map((k) => [k, config[k]])) as ConsumerSettingsInput;
 }

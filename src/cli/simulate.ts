@@ -1,5 +1,5 @@
 import { randomInt } from 'node:crypto';
-import { ENV_SECRET } from '../secrets.js';
+import { ENV_SECRET } from '../core/secrets.js';
 import { parse, parsePositiveInt, UsageError, writeLine } from './common.js';
 import { signingSecret, typesMatching } from './publish.js';
 import { parsePercent, parseRate } from './rate.js';

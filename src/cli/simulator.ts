@@ -1,9 +1,9 @@
 import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { errorMessage } from '../errors.js';
-import { sampleEvent } from '../events/samples.js';
-import type { EventType } from '../events/schemas.js';
-import type { Delivery, Target } from '../target.js';
+import { errorMessage } from '../core/errors.js';
+import { sampleEvent } from '../core/events/samples.js';
+import type { EventType } from '../core/events/schemas.js';
+import type { Delivery, Target } from '../core/target.js';
 import { signEvent } from './publish.js';
 
 /** The spec's retry schedule (Events → Delivery), in seconds: 1 min, 5 min, 30 min, 2 h, 12 h, 24 h. */

@@ -1,12 +1,12 @@
 import { existsSync } from 'node:fs';
 import type { Logger } from 'pino';
-import { FileSource } from '../../adapters/file/index.js';
-import { HttpIngressSource } from '../../adapters/http/index.js';
+import { createFileSource } from '../../adapters/file/index.js';
+import { createHttpIngress } from '../../adapters/http/index.js';
 import { ambiguousQueueUrlMessage, HTTP_INGRESS_PREFIX, sqsReadingOf } from '../../adapters/sqs/url.js';
-import type { SourceAdapter } from '../adapter.js';
-import { ConfigError } from '../errors.js';
-import { redact } from '../redact.js';
-import type { WorkerConfig } from '../worker-config.js';
+import { ConfigError } from '../core/errors.js';
+import { redact } from '../core/redact.js';
+import type { SourceAdapter } from '../core/source-adapter.js';
+import type { SidecarConfig } from '../sidecar/config.js';
 import { UsageError } from './common.js';
 
 export const SOURCE_FORMS = [
@@ -30,13 +30,13 @@ async function importAdapter<T>(sdk: string, load: () => Promise<T>): Promise<T>
  * Opens the source a `--source` value names. Queue adapters are imported only when used, so
  * their SDKs stay optional.
  */
-export async function openSource(config: WorkerConfig, logger: Logger): Promise<SourceAdapter> {
+export async function openSource(config: SidecarConfig, logger: Logger): Promise<SourceAdapter> {
   const spec = config.source;
   if (spec.startsWith('file:')) {
     const path = spec.slice('file:'.length);
     if (!path) throw new UsageError('--source file: needs a path');
     if (!existsSync(path)) throw new UsageError(`--source ${spec}: no such file`);
-    return new FileSource({ path });
+    return createFileSource({ path });
   }
   const sqs = sqsReadingOf(spec);
   // https is never an ingress here (it listens on plain http), so only http is ambiguous.
@@ -67,7 +67,7 @@ export async function openSource(config: WorkerConfig, logger: Logger): Promise<
   }
   if (spec.startsWith('http://') || spec.startsWith(HTTP_INGRESS_PREFIX)) {
     const url = ingressUrl(spec);
-    const source = await HttpIngressSource.listen({
+    const source = await createHttpIngress({
       host: url.hostname.replace(/^\[|\]$/g, ''),
       port: Number(url.port || 80),
       path: url.pathname === '/' ? '/events' : url.pathname,

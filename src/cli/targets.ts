@@ -1,12 +1,12 @@
 import { ambiguousQueueUrlMessage, HTTP_INGRESS_PREFIX, sqsReadingOf } from '../../adapters/sqs/url.js';
-import { appendLine } from '../durable-append.js';
-import { AdapterError, ConfigError, errorMessage } from '../errors.js';
-import { classifyAnswer, describeUrl, hasCredentials, redirectReason } from '../forward.js';
-import { redact } from '../redact.js';
-import type { Target } from '../target.js';
+import { appendLine } from '../consumer/durable-append.js';
+import { AdapterError, ConfigError, errorMessage } from '../core/errors.js';
+import { redact } from '../core/redact.js';
+import type { Target } from '../core/target.js';
+import { classifyAnswer, describeUrl, hasCredentials, redirectReason } from '../sidecar/forward.js';
 import { UsageError } from './common.js';
 
-export type { Delivery, OutgoingMessage, Target } from '../target.js';
+export type { Delivery, OutgoingMessage, Target } from '../core/target.js';
 
 /**
  * Where `replay --to`, `trigger --to` and `simulate --to` put envelopes: the same forms as

@@ -1,7 +1,7 @@
-import { isPartnerEventsError } from '../errors.js';
-import { sampleEvent } from '../events/samples.js';
-import { validateEvent } from '../events/validate.js';
-import { ENV_SECRET } from '../secrets.js';
+import { isPartnerEventsError } from '../core/errors.js';
+import { sampleEvent } from '../core/events/samples.js';
+import { validateEvent } from '../core/events/validate.js';
+import { ENV_SECRET } from '../core/secrets.js';
 import { parse, UsageError, writeLine } from './common.js';
 import { catalogType, parseSetting, setPath, signEvent, signingSecret } from './publish.js';
 import { openTarget, TARGET_FORMS } from './targets.js';

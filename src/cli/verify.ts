@@ -3,12 +3,12 @@ import {
   isDeadLetterRecord,
   isTruncatedDeadLetter,
   truncatedError,
-} from '../dead-letter.js';
-import { parseEnvelope } from '../envelope.js';
-import { errorMessage, VerificationError } from '../errors.js';
-import { validateEvent } from '../events/validate.js';
-import type { Keyring } from '../secrets.js';
-import { verifyMessage } from '../verify.js';
+} from '../core/dead-letter-record.js';
+import { parseEnvelope } from '../core/envelope.js';
+import { errorMessage, VerificationError } from '../core/errors.js';
+import { validateEvent } from '../core/events/validate.js';
+import type { Keyring } from '../core/secrets.js';
+import { verifyMessage } from '../core/verify.js';
 import { loadKeyring, parse, readInput, UsageError, writeLine } from './common.js';
 import { terminalSafe } from './terminal-safe.js';
 

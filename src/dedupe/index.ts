@@ -1,5 +1,5 @@
-export { type MemoryDedupeOptions, MemoryDedupeStore, memoryDedupe } from './memory.js';
-export { type SqliteDedupeOptions, SqliteDedupeStore, sqliteDedupe } from './sqlite.js';
+export { createMemoryDedupe, type MemoryDedupeOptions, MemoryDedupeStore } from './memory.js';
+export { createSqliteDedupe, type SqliteDedupeOptions, SqliteDedupeStore } from './sqlite.js';
 export {
   type ClaimResult,
   DEFAULT_LEASE_MS,

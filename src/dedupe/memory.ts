@@ -96,6 +96,6 @@ export class MemoryDedupeStore implements DedupeStore {
   }
 }
 
-export function memoryDedupe(options?: MemoryDedupeOptions): MemoryDedupeStore {
+export function createMemoryDedupe(options?: MemoryDedupeOptions): MemoryDedupeStore {
   return new MemoryDedupeStore(options);
 }

@@ -1,8 +1,8 @@
 import { randomBytes } from 'node:crypto';
 import { Redis, type RedisOptions } from 'ioredis';
 import type { Logger } from 'pino';
-import { DedupeUnavailableError, errorMessage } from '../errors.js';
-import { createLogger } from '../logger.js';
+import { DedupeUnavailableError, errorMessage } from '../core/errors.js';
+import { createLogger } from '../core/logger.js';
 import {
   ABANDONED_CLAIM_MEMORY_MS,
   type ClaimResult,
@@ -112,7 +112,7 @@ export class RedisDedupeStore implements DedupeStore {
 
   constructor(options: RedisDedupeOptions) {
     if (!options.client && !options.url)
-      throw new DedupeUnavailableError('redisDedupe needs a url or a client');
+      throw new DedupeUnavailableError('createRedisDedupe needs a url or a client');
     this.#logger = options.logger ?? createLogger();
     this.#ownsClient = !options.client;
     const redis = options.client ?? new Redis(options.url as string, FAIL_FAST_OPTIONS);
@@ -277,6 +277,6 @@ export class RedisDedupeStore implements DedupeStore {
   }
 }
 
-export function redisDedupe(options: RedisDedupeOptions): RedisDedupeStore {
+export function createRedisDedupe(options: RedisDedupeOptions): RedisDedupeStore {
   return new RedisDedupeStore(options);
 }

@@ -1,6 +1,6 @@
 import Database from 'better-sqlite3';
-import { DedupeUnavailableError } from '../errors.js';
-import { createPrivateFile } from '../private-file.js';
+import { DedupeUnavailableError } from '../core/errors.js';
+import { createPrivateFile } from '../core/private-file.js';
 import { ABANDONED_CLAIM_MEMORY_MS, type ClaimResult, type DedupeState, type DedupeStore } from './types.js';
 
 export interface SqliteDedupeOptions {
@@ -199,7 +199,7 @@ export class SqliteDedupeStore implements DedupeStore {
   }
 }
 
-export function sqliteDedupe(options: SqliteDedupeOptions): SqliteDedupeStore {
+export function createSqliteDedupe(options: SqliteDedupeOptions): SqliteDedupeStore {
   return new SqliteDedupeStore(options);
 }
 

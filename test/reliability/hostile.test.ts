@@ -11,20 +11,20 @@
 import { createHash } from 'node:crypto';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { MemorySource } from '../../adapters/memory/index.js';
+import { createMemorySource } from '../../adapters/memory/index.js';
+import { type Consumer, createConsumer, type SettledReport } from '../../src/consumer/consumer.js';
+import type { DeadLetterSink } from '../../src/consumer/dead-letter-sink.js';
+import type { HandlerContext } from '../../src/consumer/router.js';
 import {
   DEFAULT_DEAD_LETTER_MAX_UNVERIFIED_BYTES,
   type DeadLetterRecord,
-  type DeadLetterSink,
   deadLetterRecord,
   rawOfDeadLetter,
   storedRawOfDeadLetter,
-} from '../../src/dead-letter.js';
-import { MemoryDedupeStore } from '../../src/dedupe/memory.js';
-import { ERROR_CODES } from '../../src/errors.js';
-import { createLogger } from '../../src/logger.js';
-import type { HandlerContext } from '../../src/router.js';
-import { type Consumer, createConsumer, type SettledReport } from '../../src/worker.js';
+} from '../../src/core/dead-letter-record.js';
+import { ERROR_CODES } from '../../src/core/errors.js';
+import { createLogger } from '../../src/core/logger.js';
+import { createMemoryDedupe } from '../../src/dedupe/memory.js';
 import {
   build,
   type HostileCase,
@@ -57,7 +57,7 @@ interface Final {
 
 /** The consumer under attack and everything it produced. */
 class Target {
-  readonly source = new MemorySource({ now: () => NOW });
+  readonly source = createMemorySource({ now: () => NOW });
   readonly cases = new Map<string, HostileCase>();
   readonly finals = new Map<string, Final>();
   readonly violations: string[] = [];
@@ -94,7 +94,7 @@ class Target {
         { id: 'current', secret: keys.current },
         { id: 'previous', secret: keys.previous },
       ],
-      dedupe: new MemoryDedupeStore(),
+      dedupe: createMemoryDedupe(),
       deadLetter,
       logger,
       concurrency: 16,

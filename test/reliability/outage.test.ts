@@ -14,13 +14,13 @@ import type { SQSClient } from '@aws-sdk/client-sqs';
 import { QueueServiceClient } from '@azure/storage-queue';
 import { describe, expect, it } from 'vitest';
 import { createSqsAdapter } from '../../adapters/sqs/index.js';
-import { StorageQueueAdapter } from '../../adapters/storage-queue/index.js';
-import type { RawMessage, SourceAdapter } from '../../src/adapter.js';
-import { RedisDedupeStore } from '../../src/dedupe/redis.js';
-import { sqliteDedupe } from '../../src/dedupe/sqlite.js';
+import { createStorageQueueAdapter } from '../../adapters/storage-queue/index.js';
+import { createConsumer, type SettledReport } from '../../src/consumer/consumer.js';
+import { createLogger } from '../../src/core/logger.js';
+import type { RawMessage, SourceAdapter } from '../../src/core/source-adapter.js';
+import { createRedisDedupe } from '../../src/dedupe/redis.js';
+import { createSqliteDedupe } from '../../src/dedupe/sqlite.js';
 import type { DedupeStore } from '../../src/dedupe/types.js';
-import { createLogger } from '../../src/logger.js';
-import { createConsumer, type SettledReport } from '../../src/worker.js';
 import { Azurite } from '../support/azurite.js';
 import { createQueue, fauxqsClient } from '../support/fauxqs.js';
 import { HAS_REDIS, RedisServer } from '../support/redis-server.js';
@@ -309,7 +309,7 @@ describe('outages: a dependency goes away mid-stream and comes back', () => {
       const { run } = s;
       const queue = await createQueue(sqs.client, 'outage-redis');
       const source = sqsSource(queue.url, fauxqsClient(sqs.endpoint), run);
-      const store = new RedisDedupeStore({ url: redis.url, prefix: 'outage', logger: run.logger });
+      const store = createRedisDedupe({ url: redis.url, prefix: 'outage', logger: run.logger });
       const consumer = consumerFor(source, store, s);
       try {
         await consumer.start();
@@ -372,7 +372,7 @@ describe('outages: a dependency goes away mid-stream and comes back', () => {
       const queue = await createQueue(sqs.client, 'outage-sqs');
       const viaProxy = fauxqsClient(proxy.url);
       const source = sqsSource(queue.url, viaProxy, run);
-      const consumer = consumerFor(source, sqliteDedupe({ path: s.sqlitePath }), s);
+      const consumer = consumerFor(source, createSqliteDedupe({ path: s.sqlitePath }), s);
       try {
         await consumer.start();
         const { ids, production } = await publishToSqs(s, queue.url);
@@ -439,7 +439,7 @@ describe('outages: a dependency goes away mid-stream and comes back', () => {
       });
       // Configured as `run --source azure-storage-queue:NAME` does: the SDK's own retry policy.
       const source = new ObservedSource(
-        new StorageQueueAdapter({
+        createStorageQueueAdapter({
           queueName: 'outage',
           connectionString: azurite.connectionString,
           visibilityTimeoutSeconds: VISIBILITY_SECONDS,
@@ -449,7 +449,7 @@ describe('outages: a dependency goes away mid-stream and comes back', () => {
           logger: run.logger,
         }),
       );
-      const consumer = consumerFor(source, sqliteDedupe({ path: s.sqlitePath }), s);
+      const consumer = consumerFor(source, createSqliteDedupe({ path: s.sqlitePath }), s);
       try {
         await consumer.start();
         await until(

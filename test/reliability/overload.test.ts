@@ -13,9 +13,9 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { createSqsAdapter, type SqsMessage } from '../../adapters/sqs/index.js';
-import { MemoryDedupeStore } from '../../src/dedupe/memory.js';
-import { silentLogger } from '../../src/logger.js';
-import { createConsumer, type SettledReport } from '../../src/worker.js';
+import { createConsumer, type SettledReport } from '../../src/consumer/consumer.js';
+import { silentLogger } from '../../src/core/logger.js';
+import { createMemoryDedupe } from '../../src/dedupe/memory.js';
 import { createQueue } from '../support/fauxqs.js';
 import { fauxqsPerFile } from './support/fauxqs-per-file.js';
 import { HandledLog, tail, WorkerProcess } from './support/processes.js';
@@ -188,7 +188,7 @@ describe('overload: a backlog ten minutes old', () => {
     const consumer = createConsumer<SqsMessage>({
       source: createSqsAdapter({ queueUrl: queue.url, client: sqs.client, waitTimeSeconds: 1 }),
       secrets: [{ id: 'current', secret }],
-      dedupe: new MemoryDedupeStore(),
+      dedupe: createMemoryDedupe(),
       deadLetter: join(sqs.dir, 'control-dead.jsonl'),
       logger: silentLogger(),
       strictAge: true,

@@ -15,7 +15,7 @@ import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import { createTestEnvelope } from '../../src/testing.js';
+import { createTestEnvelope } from '../../src/consumer/testing.js';
 import { runCli, startCli } from '../support/cli.js';
 import { tempDir } from '../support/harness.js';
 import { jsonLines } from '../support/records.js';

@@ -2,12 +2,12 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { MemoryMessage } from '../../adapters/memory/index.js';
-import { MemorySource } from '../../adapters/memory/index.js';
-import { MemoryDedupeStore } from '../../src/dedupe/memory.js';
+import { createMemorySource, type MemorySource } from '../../adapters/memory/index.js';
+import { type ConsumerOptions, createConsumer, type SettledReport } from '../../src/consumer/consumer.js';
+import { TEST_SIGNING_SECRET } from '../../src/consumer/testing.js';
+import { silentLogger } from '../../src/core/logger.js';
+import { createMemoryDedupe } from '../../src/dedupe/memory.js';
 import type { DedupeStore } from '../../src/dedupe/types.js';
-import { silentLogger } from '../../src/logger.js';
-import { TEST_SIGNING_SECRET } from '../../src/testing.js';
-import { type ConsumerOptions, createConsumer, type SettledReport } from '../../src/worker.js';
 
 export function tempDir(prefix = 'phe-test-'): { path: string; cleanup(): void } {
   const path = mkdtempSync(join(tmpdir(), prefix));
@@ -31,8 +31,8 @@ export function harness(
 ): Harness {
   const dir = tempDir();
   const { endWhenEmpty, ...rest } = options;
-  const source = new MemorySource({ endWhenEmpty: endWhenEmpty ?? false });
-  const dedupe = options.dedupe ?? new MemoryDedupeStore();
+  const source = createMemorySource({ endWhenEmpty: endWhenEmpty ?? false });
+  const dedupe = options.dedupe ?? createMemoryDedupe();
   const deadLetterPath = join(dir.path, 'dead.jsonl');
   const reports: SettledReport<MemoryMessage>[] = [];
   const waiters: {

@@ -1,7 +1,7 @@
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { deadLetterRecord } from '../../src/dead-letter.js';
-import type { ErrorCode } from '../../src/errors.js';
+import { deadLetterRecord } from '../../src/core/dead-letter-record.js';
+import type { ErrorCode } from '../../src/core/errors.js';
 
 /** The JSON objects among a command's output lines. */
 export function jsonLines(text: string): Record<string, unknown>[] {

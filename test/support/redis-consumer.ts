@@ -7,11 +7,11 @@
  */
 import { parseArgs } from 'node:util';
 import { Redis } from 'ioredis';
-import { MemorySource } from '../../adapters/memory/index.js';
-import { RedisDedupeStore } from '../../src/dedupe/redis.js';
-import { silentLogger } from '../../src/logger.js';
-import { createTestEnvelope, TEST_SIGNING_SECRET } from '../../src/testing.js';
-import { createConsumer } from '../../src/worker.js';
+import { createMemorySource } from '../../adapters/memory/index.js';
+import { createConsumer } from '../../src/consumer/consumer.js';
+import { createTestEnvelope, TEST_SIGNING_SECRET } from '../../src/consumer/testing.js';
+import { silentLogger } from '../../src/core/logger.js';
+import { createRedisDedupe } from '../../src/dedupe/redis.js';
 
 const { values, positionals } = parseArgs({
   allowPositionals: true,
@@ -34,14 +34,14 @@ for (let i = order.length - 1; i > 0; i--) {
 
 const prefix = values.prefix ?? 'test';
 const lists = new Redis(url);
-const source = new MemorySource({ endWhenEmpty: true });
+const source = createMemorySource({ endWhenEmpty: true });
 for (const id of order) {
   source.send(createTestEnvelope('daily.data.steps.created', { fields: { event_id: id } }).raw);
 }
 const consumer = createConsumer({
   source,
   secrets: [{ id: 'current', secret: TEST_SIGNING_SECRET }],
-  dedupe: new RedisDedupeStore({ url, prefix, logger: silentLogger() }),
+  dedupe: createRedisDedupe({ url, prefix, logger: silentLogger() }),
   deadLetter: '/dev/null',
   logger: silentLogger(),
   concurrency: 8,

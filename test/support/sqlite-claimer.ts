@@ -11,7 +11,7 @@
  * next one, so the parent can make two claimers meet in the middle of the id range.
  */
 import { createInterface } from 'node:readline';
-import { SqliteDedupeStore } from '../../src/dedupe/sqlite.js';
+import { createSqliteDedupe } from '../../src/dedupe/sqlite.js';
 
 const [path, countText = '500', order = 'forward', chunkText = '10', mode = 'free'] = process.argv.slice(2);
 if (!path) throw new Error('usage: sqlite-claimer.ts <db> <count> <order> <chunk>');
@@ -35,7 +35,7 @@ if (order === 'shuffle') {
   }
 }
 
-const store = new SqliteDedupeStore({ path, busyTimeoutMs: 10_000 });
+const store = createSqliteDedupe({ path, busyTimeoutMs: 10_000 });
 process.stdout.write('ready\n');
 
 const input: string[] = [];

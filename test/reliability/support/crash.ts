@@ -31,7 +31,7 @@ import {
   until,
 } from './queues.js';
 import { SecretScan, suiteSecret } from './secrets.js';
-import type { WorkerConfig } from './worker.js';
+import type { SidecarConfig } from './worker.js';
 
 export interface CrashEnvironment {
   readonly sqs?: { readonly client: SQSClient; readonly endpoint: string };
@@ -113,7 +113,7 @@ export async function runCrash(options: CrashOptions, env: CrashEnvironment): Pr
     stats: join(dir, 'stats.jsonl'),
   };
 
-  let source: WorkerConfig['source'];
+  let source: SidecarConfig['source'];
   let isEmpty: () => Promise<boolean>;
   /** The broker's view, for failure messages: answered within 5 s, or not. */
   let probe: () => Promise<string>;
@@ -154,7 +154,7 @@ export async function runCrash(options: CrashOptions, env: CrashEnvironment): Pr
   if (options.dedupe === 'redis' && !env.redisUrl)
     throw new Error('the Redis crash scenario needs redis-server');
 
-  const baseConfig: Omit<WorkerConfig, 'seed'> = {
+  const baseConfig: Omit<SidecarConfig, 'seed'> = {
     source,
     dedupe: options.dedupe === 'redis' ? (env.redisUrl as string) : `sqlite:${paths.sqlite}`,
     redisPrefix: `crash-${label}-${options.seed}`,

@@ -10,7 +10,7 @@
  */
 import { createHmac } from 'node:crypto';
 import fc from 'fast-check';
-import { type EventType, eventSchemas, isKnownEventType } from '../../../src/events/schemas.js';
+import { type EventType, eventSchemas, isKnownEventType } from '../../../src/core/events/schemas.js';
 
 /** The consumer's fixed clock (ms): freshness decisions do not depend on when the suite runs. */
 export const NOW = 1_790_000_000_000;

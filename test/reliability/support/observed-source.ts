@@ -4,8 +4,9 @@
  * consumer logs a failed settle and moves on (the broker redelivers), so its reports alone cannot
  * tell an ack the broker applied from one it never got.
  */
-import type { RawMessage, SourceAdapter } from '../../../src/adapter.js';
-import type { Outcome } from '../../../src/outcome.js';
+
+import type { Outcome } from '../../../src/core/outcome.js';
+import type { RawMessage, SourceAdapter } from '../../../src/core/source-adapter.js';
 
 export type ObservedKind = 'receive-ok' | 'receive-error' | 'settle-ok' | 'settle-error';
 

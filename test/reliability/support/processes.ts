@@ -26,7 +26,7 @@ import {
 } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import type { WorkerConfig } from './worker.js';
+import type { SidecarConfig } from './worker.js';
 
 const ROOT = fileURLToPath(new URL('../../..', import.meta.url));
 const WORKER_TS = fileURLToPath(new URL('./worker.ts', import.meta.url));
@@ -106,7 +106,7 @@ export class WorkerProcess {
   }
 
   static async start(
-    config: WorkerConfig,
+    config: SidecarConfig,
     options: { secret: string; logPath: string; env?: NodeJS.ProcessEnv },
   ): Promise<WorkerProcess> {
     const args = await workerCommand();

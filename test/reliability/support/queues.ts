@@ -4,7 +4,7 @@
  */
 import { SendMessageBatchCommand, type SQSClient } from '@aws-sdk/client-sqs';
 import type { QueueClient } from '@azure/storage-queue';
-import { createTestEnvelope } from '../../../src/testing.js';
+import { createTestEnvelope } from '../../../src/consumer/testing.js';
 import { sqsCounts } from '../../support/fauxqs.js';
 
 export const EVENT_TYPE = 'daily.data.steps.created';

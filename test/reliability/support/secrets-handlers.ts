@@ -6,8 +6,9 @@
  *   event ids starting with `fail-`: the handler throws (HANDLER_FAILED, retried)
  *   event ids starting with `dead-`: the handler asks for a dead letter (DeadLetterError)
  */
-import { DeadLetterError } from '../../../src/errors.js';
-import type { Consumer } from '../../../src/worker.js';
+
+import type { Consumer } from '../../../src/consumer/consumer.js';
+import { DeadLetterError } from '../../../src/core/errors.js';
 
 export default function register(consumer: Consumer): void {
   consumer.on('*', (event, context) => {

@@ -1,7 +1,7 @@
 /**
  * A worker process for the crash and overload suites: the kit's consumer on a real queue (SQS on
  * fauxqs, or Storage Queue on Azurite) with SQLite or Redis dedupe, configured by the JSON in
- * RELIABILITY_WORKER (see `WorkerConfig`); signing secret from PARTNER_EVENTS_SIGNING_SECRET as
+ * RELIABILITY_WORKER (see `SidecarConfig`); signing secret from PARTNER_EVENTS_SIGNING_SECRET as
  * in production. Its handler waits a random few ms, then appends `<event_id>\n` to a file opened
  * with O_APPEND (one write(2) per line: a SIGKILL never leaves half a line). Logs (pino, LOG_LEVEL)
  * go to stdout, which the parent sends to a file it later searches for the secret.
@@ -10,12 +10,12 @@
  */
 import { appendFileSync, openSync, writeSync } from 'node:fs';
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { RawMessage, SourceAdapter } from '../../../src/adapter.js';
+import { createConsumer } from '../../../src/consumer/consumer.js';
+import { createLogger } from '../../../src/core/logger.js';
+import type { RawMessage, SourceAdapter } from '../../../src/core/source-adapter.js';
 import type { DedupeStore } from '../../../src/dedupe/types.js';
-import { createLogger } from '../../../src/logger.js';
-import { createConsumer } from '../../../src/worker.js';
 
-export interface WorkerConfig {
+export interface SidecarConfig {
   readonly source:
     | {
         readonly kind: 'sqs';
@@ -49,7 +49,7 @@ export interface WorkerConfig {
   readonly seed: number;
 }
 
-const config = JSON.parse(process.env.RELIABILITY_WORKER ?? '') as WorkerConfig;
+const config = JSON.parse(process.env.RELIABILITY_WORKER ?? '') as SidecarConfig;
 const logger = createLogger();
 
 let seed = config.seed >>> 0;
@@ -78,8 +78,8 @@ async function openSource(): Promise<SourceAdapter<RawMessage>> {
       logger,
     });
   }
-  const { StorageQueueAdapter } = await import('../../../adapters/storage-queue/index.js');
-  return new StorageQueueAdapter({
+  const { createStorageQueueAdapter } = await import('../../../adapters/storage-queue/index.js');
+  return createStorageQueueAdapter({
     queueName: s.queueName,
     connectionString: s.connectionString,
     visibilityTimeoutSeconds: s.visibilitySeconds,
@@ -92,11 +92,11 @@ async function openSource(): Promise<SourceAdapter<RawMessage>> {
 
 async function openDedupe(): Promise<DedupeStore> {
   if (config.dedupe.startsWith('redis://')) {
-    const { RedisDedupeStore } = await import('../../../src/dedupe/redis.js');
-    return new RedisDedupeStore({ url: config.dedupe, prefix: config.redisPrefix ?? 'reliability', logger });
+    const { createRedisDedupe } = await import('../../../src/dedupe/redis.js');
+    return createRedisDedupe({ url: config.dedupe, prefix: config.redisPrefix ?? 'reliability', logger });
   }
-  const { sqliteDedupe } = await import('../../../src/dedupe/sqlite.js');
-  return sqliteDedupe({ path: config.dedupe.slice('sqlite:'.length) });
+  const { createSqliteDedupe } = await import('../../../src/dedupe/sqlite.js');
+  return createSqliteDedupe({ path: config.dedupe.slice('sqlite:'.length) });
 }
 
 const handled = openSync(config.handledPath, 'a');

@@ -1,7 +1,4 @@
 import type { Logger } from 'pino';
-import type { RawMessage } from './adapter.js';
-import { DEFAULT_MAX_ABANDONED_CLAIMS } from './config.js';
-import type { DedupeStore } from './dedupe/types.js';
 import {
   DeadLetterError,
   type ErrorCode,
@@ -9,14 +6,18 @@ import {
   isPartnerEventsError,
   RetryLaterError,
   VerificationError,
-} from './errors.js';
-import { isKnownEventType, type UnknownEvent } from './events/schemas.js';
-import { validateEvent } from './events/validate.js';
-import { type AbortCode, HandlerRun, LeaseKeeper } from './handler-run.js';
-import { backoffDelay, decide, type Outcome, type RetryPolicy } from './outcome.js';
+} from '../core/errors.js';
+import { isKnownEventType, type UnknownEvent } from '../core/events/schemas.js';
+import { validateEvent } from '../core/events/validate.js';
+import { backoffDelay, decide, type Outcome, type RetryPolicy } from '../core/outcome.js';
+import type { Keyring } from '../core/secrets.js';
+import type { RawMessage } from '../core/source-adapter.js';
+import { type VerifiedMessage, verifyMessage } from '../core/verify.js';
+import type { DedupeStore } from '../dedupe/types.js';
+import { type AbortCode, HandlerRun } from './handler-run.js';
+import { LeaseKeeper } from './lease-keeper.js';
 import type { Handler, HandlerContext, Router } from './router.js';
-import type { Keyring } from './secrets.js';
-import { type VerifiedMessage, verifyMessage } from './verify.js';
+import { DEFAULT_MAX_ABANDONED_CLAIMS } from './settings.js';
 
 export interface PipelineSettings {
   readonly maxEnvelopeBytes: number;

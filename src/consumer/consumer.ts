@@ -1,16 +1,17 @@
 import type { Logger } from 'pino';
-import type { RawMessage, SourceAdapter } from './adapter.js';
-import { type ConsumerSettings, type ConsumerSettingsInput, parseSettings } from './config.js';
-import { type DeadLetterSink, deadLetterRecord, JsonlDeadLetterSink } from './dead-letter.js';
-import { MemoryDedupeStore } from './dedupe/memory.js';
-import { type DedupeStore, PUBLISHER_RETRY_WINDOW_MS } from './dedupe/types.js';
-import { ConfigError, type ErrorCode, errorMessage, VERIFICATION_CODES } from './errors.js';
-import type { UnknownEvent } from './events/schemas.js';
-import { createLogger } from './logger.js';
-import type { Outcome } from './outcome.js';
+import { deadLetterRecord } from '../core/dead-letter-record.js';
+import { ConfigError, type ErrorCode, errorMessage, VERIFICATION_CODES } from '../core/errors.js';
+import type { UnknownEvent } from '../core/events/schemas.js';
+import { createLogger } from '../core/logger.js';
+import type { Outcome } from '../core/outcome.js';
+import { Keyring, type SigningSecret, secretsFromEnv } from '../core/secrets.js';
+import type { RawMessage, SourceAdapter } from '../core/source-adapter.js';
+import { createMemoryDedupe } from '../dedupe/memory.js';
+import { type DedupeStore, PUBLISHER_RETRY_WINDOW_MS } from '../dedupe/types.js';
+import { createJsonlDeadLetters, type DeadLetterSink } from './dead-letter-sink.js';
 import { Pipeline, type ProcessResult } from './pipeline.js';
 import { type EventPattern, type EventsFor, type Handler, Router } from './router.js';
-import { Keyring, type SigningSecret, secretsFromEnv } from './secrets.js';
+import { type ConsumerSettings, type ConsumerSettingsInput, parseSettings } from './settings.js';
 
 export interface ConsumerOptions<M extends RawMessage = RawMessage> extends ConsumerSettingsInput {
   /** Where messages come from. Optional when you only call `process()` from your own loop. */
@@ -97,7 +98,7 @@ export class Consumer<M extends RawMessage = RawMessage> {
     if (dedupe) {
       this.#dedupe = dedupe;
     } else {
-      this.#dedupe = new MemoryDedupeStore();
+      this.#dedupe = createMemoryDedupe();
       this.logger.warn(
         'no dedupe store given: using memory, so duplicates are caught only until this process exits',
       );
@@ -105,7 +106,7 @@ export class Consumer<M extends RawMessage = RawMessage> {
     this.#deadLetter =
       typeof deadLetter === 'object'
         ? deadLetter
-        : new JsonlDeadLetterSink(deadLetter ?? DEFAULT_DEAD_LETTER_PATH);
+        : createJsonlDeadLetters(deadLetter ?? DEFAULT_DEAD_LETTER_PATH);
     if (this.settings.retentionMs < PUBLISHER_RETRY_WINDOW_MS) {
       this.logger.warn(
         { retention_ms: this.settings.retentionMs },

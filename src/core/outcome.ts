@@ -45,11 +45,6 @@ const DEAD_AT_ONCE: ReadonlySet<ErrorCode> = new Set<ErrorCode>([
 /** Not failures of this message: never counted towards dead-lettering. */
 const NEVER_DEAD: ReadonlySet<ErrorCode> = new Set<ErrorCode>(['IN_PROGRESS', 'SHUTDOWN']);
 
-/** Whether the code means the message can never succeed as it is. */
-export function isPermanent(code: ErrorCode): boolean {
-  return DEAD_AT_ONCE.has(code);
-}
-
 /**
  * Turns a failure into an outcome. `attempt` is 1-based (the broker's delivery count). A retry
  * delay given by the caller (a handler's `RetryLaterError`, a lease's remaining time) wins over

@@ -73,14 +73,6 @@ export class VerificationError extends PartnerEventsError {
   }
 }
 
-/** The verified body does not match the schema of its event type. */
-export class PayloadValidationError extends PartnerEventsError {
-  constructor(message: string, options?: PartnerEventsErrorOptions) {
-    super('SCHEMA_INVALID', message, options);
-    this.name = 'PayloadValidationError';
-  }
-}
-
 /** Options, config files or secrets are unusable; raised at start-up, before anything connects. */
 export class ConfigError extends PartnerEventsError {
   constructor(

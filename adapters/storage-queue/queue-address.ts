@@ -7,7 +7,7 @@ import {
   type StoragePipelineOptions,
   type StorageSharedKeyCredential,
 } from '@azure/storage-queue';
-import { ConfigError, errorMessage } from '../../src/errors.js';
+import { ConfigError, errorMessage } from '../../src/core/errors.js';
 
 /** An `@azure/identity` credential (or any `getToken` implementation), without importing its types. */
 export type TokenCredential = Exclude<

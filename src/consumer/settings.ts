@@ -1,10 +1,10 @@
 import { z } from 'zod';
-import { DEFAULT_DEAD_LETTER_MAX_UNVERIFIED_BYTES } from './dead-letter.js';
-import { DEFAULT_LEASE_MS, DEFAULT_RETENTION_MS } from './dedupe/types.js';
-import { DEFAULT_MAX_ENVELOPE_BYTES } from './envelope.js';
-import { ConfigError } from './errors.js';
-import { DEFAULT_RETRY_POLICY } from './outcome.js';
-import { DEFAULT_MAX_AGE_SECONDS, DEFAULT_MAX_FUTURE_SKEW_SECONDS } from './verify.js';
+import { DEFAULT_DEAD_LETTER_MAX_UNVERIFIED_BYTES } from '../core/dead-letter-record.js';
+import { DEFAULT_MAX_ENVELOPE_BYTES } from '../core/envelope.js';
+import { ConfigError } from '../core/errors.js';
+import { DEFAULT_RETRY_POLICY } from '../core/outcome.js';
+import { DEFAULT_MAX_AGE_SECONDS, DEFAULT_MAX_FUTURE_SKEW_SECONDS } from '../core/verify.js';
+import { DEFAULT_LEASE_MS, DEFAULT_RETENTION_MS } from '../dedupe/types.js';
 
 const positiveInt = z.number().int().positive();
 

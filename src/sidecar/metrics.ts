@@ -1,6 +1,6 @@
 import { Counter, Gauge, Histogram, Registry } from 'prom-client';
-import type { RawMessage } from './adapter.js';
-import type { SettledReport } from './worker.js';
+import type { SettledReport } from '../consumer/consumer.js';
+import type { RawMessage } from '../core/source-adapter.js';
 
 /**
  * Prometheus metrics of a consumer, fed by its `onSettled` reports. Label values are bounded:

@@ -2,8 +2,8 @@
  * Helpers for partners' own tests: sign fixtures with a test secret, build envelopes that break
  * exactly one rule, and feed them through an in-memory source.
  */
-import type { Envelope } from './envelope.js';
-import { SAMPLE_USER_ID, sampleEvent } from './events/samples.js';
+import type { Envelope } from '../core/envelope.js';
+import { SAMPLE_USER_ID, sampleEvent } from '../core/events/samples.js';
 import {
   EVENT_TYPES,
   type EventMap,
@@ -11,14 +11,14 @@ import {
   isKnownEventType,
   type PartnerEvent,
   type UnknownEvent,
-} from './events/schemas.js';
+} from '../core/events/schemas.js';
+import type { SigningSecret } from '../core/secrets.js';
+import { sign } from '../core/signature.js';
 import type { Handler, HandlerContext } from './router.js';
-import type { SigningSecret } from './secrets.js';
-import { sign } from './signature.js';
 
-export { MemorySource, type MemorySourceOptions, memorySource } from '../adapters/memory/index.js';
-export { SAMPLE_USER_ID, sampleEvent } from './events/samples.js';
-export { sign } from './signature.js';
+export { createMemorySource, MemorySource, type MemorySourceOptions } from '../../adapters/memory/index.js';
+export { SAMPLE_USER_ID, sampleEvent } from '../core/events/samples.js';
+export { sign } from '../core/signature.js';
 
 /** A secret for tests only. Never use it anywhere else. */
 export const TEST_SIGNING_SECRET = 'test-signing-secret-do-not-use-in-production';

@@ -1,6 +1,6 @@
-import type { SourceAdapter } from './adapter.js';
-import type { ReadinessCheck } from './ops.js';
-import type { Consumer } from './worker.js';
+import type { Consumer } from '../consumer/consumer.js';
+import type { SourceAdapter } from '../core/source-adapter.js';
+import type { ReadinessCheck } from './ops-server.js';
 
 export interface Readiness {
   readonly ready: boolean;

@@ -1,6 +1,6 @@
-import { ConfigError, ForwardError, RetryLaterError } from './errors.js';
-import { redactUrl } from './redact.js';
-import type { HandlerContext } from './router.js';
+import type { HandlerContext } from '../consumer/router.js';
+import { ConfigError, ForwardError, RetryLaterError } from '../core/errors.js';
+import { redactUrl } from '../core/redact.js';
 
 export interface ForwardOptions {
   /** The partner app's endpoint; the verified body is POSTed here. */

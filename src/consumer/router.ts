@@ -1,12 +1,12 @@
 import type { Logger } from 'pino';
-import { ConfigError } from './errors.js';
+import { ConfigError } from '../core/errors.js';
 import {
   EVENT_TYPES,
   type EventMap,
   type EventType,
   type PartnerEvent,
   type UnknownEvent,
-} from './events/schemas.js';
+} from '../core/events/schemas.js';
 
 /** What a handler receives besides the typed event. */
 export interface HandlerContext {

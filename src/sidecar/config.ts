@@ -1,12 +1,12 @@
 import { readFileSync } from 'node:fs';
 import { parseDocument } from 'yaml';
 import { z } from 'zod';
-import { eventHubsTuningSchema } from '../adapters/event-hubs/tuning.js';
-import { httpIngressTuningSchema } from '../adapters/http/options.js';
-import { sqsTuningSchema } from '../adapters/sqs/options.js';
-import { storageQueueTuningSchema } from '../adapters/storage-queue/settings.js';
-import { consumerSettingsSchema } from './config.js';
-import { ConfigError } from './errors.js';
+import { eventHubsTuningSchema } from '../../adapters/event-hubs/tuning.js';
+import { httpIngressTuningSchema } from '../../adapters/http/options.js';
+import { sqsTuningSchema } from '../../adapters/sqs/options.js';
+import { storageQueueTuningSchema } from '../../adapters/storage-queue/settings.js';
+import { consumerSettingsSchema } from '../consumer/settings.js';
+import { ConfigError } from '../core/errors.js';
 import { FORWARD_URL_CREDENTIALS, hasCredentials } from './forward.js';
 
 const forwardSchema = z.strictObject({
@@ -23,7 +23,7 @@ const forwardSchema = z.strictObject({
  * they go and how the worker is operated. One schema for config files, environment variables and
  * flags; `z.input` is what a file may contain.
  */
-export const workerConfigSchema = consumerSettingsSchema
+export const sidecarConfigSchema = consumerSettingsSchema
   .extend({
     /** `file:PATH`, `http://HOST:PORT/PATH` (ingress), an SQS queue URL, `azure-storage-queue:NAME`, `https://ACCOUNT.queue.core.windows.net/QUEUE`, `azure-event-hubs:HUB`. */
     source: z.string().min(1),
@@ -67,8 +67,8 @@ export const workerConfigSchema = consumerSettingsSchema
     path: ['forward'],
   });
 
-export type WorkerConfigInput = z.input<typeof workerConfigSchema>;
-export type WorkerConfig = z.output<typeof workerConfigSchema>;
+export type SidecarConfigInput = z.input<typeof sidecarConfigSchema>;
+export type SidecarConfig = z.output<typeof sidecarConfigSchema>;
 
 export const ENV_PREFIX = 'PARTNER_EVENTS_';
 
@@ -103,7 +103,7 @@ export function configLeaves(): Leaf[] {
       leaves.push({ path, kind: t._zod.def.type });
     }
   };
-  walk(workerConfigSchema, []); // zod 4's `.refine()` keeps the object schema and its shape
+  walk(sidecarConfigSchema, []); // zod 4's `.refine()` keeps the object schema and its shape
   return leaves;
 }
 
@@ -193,10 +193,10 @@ function lineAndColumn(text: string, offset: number): string {
  * Defaults < config file < environment < flags. Validated once, before anything connects;
  * errors name every bad field (with its environment variable).
  */
-export function resolveWorkerConfig(layers: { file?: Plain; env?: Plain; flags?: Plain }): WorkerConfig {
+export function resolveSidecarConfig(layers: { file?: Plain; env?: Plain; flags?: Plain }): SidecarConfig {
   const [file, env, flags] = [layers.file, layers.env, layers.flags].map(normaliseForward);
   const merged = deepMerge(deepMerge(file ?? {}, env ?? {}), flags ?? {});
-  const result = workerConfigSchema.safeParse(merged);
+  const result = sidecarConfigSchema.safeParse(merged);
   if (!result.success) {
     const leaves = new Set(configLeaves().map((l) => l.path.join('.')));
     const lines = result.error.issues.map((issue) => {

@@ -1,7 +1,6 @@
 import { createHash } from 'node:crypto';
-import type { RawMessage } from './adapter.js';
-import { appendLine } from './durable-append.js';
 import { type ErrorCode, VerificationError } from './errors.js';
+import type { RawMessage } from './source-adapter.js';
 
 /**
  * One dead event, as a JSONL line. For a verified event (`event_id` set), `raw` is the message
@@ -30,12 +29,6 @@ export interface DeadLetterRecord {
   readonly raw_bytes?: number;
   /** With `raw_truncated`: the SHA-256 of the whole message, hex. */
   readonly raw_sha256?: string;
-}
-
-export interface DeadLetterSink {
-  /** Resolves once the record is durable; the message is acked only after that. */
-  write(record: DeadLetterRecord): Promise<void>;
-  close(): Promise<void>;
 }
 
 /** How much of a message that never verified a dead-letter record keeps, by default. */
@@ -192,43 +185,4 @@ export function envelopeOfDeadLetter(record: DeadLetterRecord): string | Uint8Ar
     return Buffer.from(raw, 'base64').toString('utf8');
   }
   return raw;
-}
-
-/**
- * Appends records to a JSONL file, serialised so lines never interleave. Each record opens the
- * file, appends, `datasync`s and closes it (`appendLine`: all of the line or none of it, the
- * file created 0600): dead letters are rare, durability matters more than speed, and a file
- * moved away by log rotation is simply created anew on the next record.
- */
-export class JsonlDeadLetterSink implements DeadLetterSink {
-  readonly path: string;
-  #tail: Promise<void> = Promise.resolve();
-  #count = 0;
-
-  constructor(path: string) {
-    this.path = path;
-  }
-
-  /** Records written by this sink since it was created. */
-  get count(): number {
-    return this.#count;
-  }
-
-  write(record: DeadLetterRecord): Promise<void> {
-    const line = JSON.stringify(record);
-    const next = this.#tail.then(async () => {
-      await appendLine(this.path, line);
-      this.#count++;
-    });
-    this.#tail = next.catch(() => undefined);
-    return next;
-  }
-
-  async close(): Promise<void> {
-    await this.#tail;
-  }
-}
-
-export function jsonlDeadLetters(path: string): JsonlDeadLetterSink {
-  return new JsonlDeadLetterSink(path);
 }
