@@ -1,6 +1,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { EventHubProducerClient, ReceivedEventData } from '@azure/event-hubs';
 import type { Logger } from 'pino';
+import { type BackoffOptions, backoff } from '../../src/core/backoff.js';
 import { errorMessage } from '../../src/core/errors.js';
 
 /** `AmqpAnnotatedMessage` (from @azure/core-amqp, which partners do not install themselves). */
@@ -29,8 +30,8 @@ export const POISON_PROPERTIES = {
   enqueuedTime: 'partner-events-enqueued-time',
 } as const;
 
-const FIRST_DELAY_MS = 500;
-const MAX_DELAY_MS = 30_000;
+/** 0.5 s after the first failed send, doubling to 30 s. */
+const SEND_BACKOFF: BackoffOptions = { baseMs: 500, maxMs: 30_000, jitter: 'none' };
 
 /**
  * Copies dead events to a second hub, so they stay visible and retained next to the log they
@@ -62,7 +63,7 @@ export class PoisonHub {
         return true;
       } catch (error) {
         if (signal.aborted) break;
-        const delayMs = Math.min(MAX_DELAY_MS, FIRST_DELAY_MS * 2 ** Math.min(failures, 6));
+        const delayMs = backoff(failures + 1, SEND_BACKOFF);
         this.#logger.warn(
           {
             poison_hub: this.name,

@@ -1,9 +1,9 @@
 import { setTimeout as sleep } from 'node:timers/promises';
+import { backoff } from '../../src/core/backoff.js';
 
 /** 50 ms, 100 ms, 200 ms …, with equal jitter, capped at 1 s: settles are short and time-bounded. */
 export function backoffMs(attempt: number): number {
-  const base = Math.min(1000, 50 * 2 ** (attempt - 1));
-  return Math.round(base / 2 + Math.random() * (base / 2));
+  return backoff(attempt, { baseMs: 50, maxMs: 1000, jitter: 'equal' });
 }
 
 /** Runs `fn` up to `attempts` times while its error is retryable; throws the last error. */

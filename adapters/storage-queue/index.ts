@@ -1,5 +1,6 @@
 import type { QueueClient, ReceivedMessageItem } from '@azure/storage-queue';
 import type { Logger } from 'pino';
+import { backoff } from '../../src/core/backoff.js';
 import { AdapterError, ConfigError } from '../../src/core/errors.js';
 import { createLogger } from '../../src/core/logger.js';
 import type { Outcome } from '../../src/core/outcome.js';
@@ -309,7 +310,7 @@ export class StorageQueueAdapter implements SourceAdapter<StorageQueueMessage> {
 
   #emptyWait(): number {
     const { pollIntervalMs, maxPollIntervalMs } = this.#settings;
-    return Math.min(maxPollIntervalMs, pollIntervalMs * 2 ** Math.min(this.#emptyReceives - 1, 30));
+    return backoff(this.#emptyReceives, { baseMs: pollIntervalMs, maxMs: maxPollIntervalMs, jitter: 'none' });
   }
 
   /** Sleeps `ms`, ended early by the signal (stop) or `close()`. */

@@ -1,4 +1,5 @@
 import type { Logger } from 'pino';
+import { type BackoffOptions, backoff } from '../core/backoff.js';
 import { deadLetterRecord } from '../core/dead-letter-record.js';
 import { ConfigError, type ErrorCode, errorMessage, VERIFICATION_CODES } from '../core/errors.js';
 import type { UnknownEvent } from '../core/events/schemas.js';
@@ -50,6 +51,8 @@ export interface ConsumerStatus {
 }
 
 const DEFAULT_DEAD_LETTER_PATH = 'partner-events-dead-letters.jsonl';
+/** After a failed receive: 0.5 s, doubling to 30 s (exact: one poller per source, nothing to spread). */
+const RECEIVE_BACKOFF: BackoffOptions = { baseMs: 500, maxMs: 30_000, jitter: 'none' };
 
 /** Outcomes reached before the dedupe store is asked: they say nothing about its health. */
 const DECIDED_BEFORE_STORE: ReadonlySet<ErrorCode> = new Set<ErrorCode>([
@@ -270,7 +273,7 @@ export class Consumer<M extends RawMessage = RawMessage> {
         if (this.#receiveAbort.signal.aborted) break;
         failures++;
         this.#lastReceiveError = errorMessage(failure.error);
-        const delay = Math.min(30_000, 500 * 2 ** Math.min(failures - 1, 6));
+        const delay = backoff(failures, RECEIVE_BACKOFF);
         this.logger.error(
           { source: source.name, err: this.#lastReceiveError, retry_in_ms: delay },
           'receive failed',

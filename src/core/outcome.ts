@@ -1,3 +1,4 @@
+import { backoff } from './backoff.js';
 import type { ErrorCode } from './errors.js';
 
 /**
@@ -66,6 +67,5 @@ export function decide(
 
 /** Exponential backoff with equal jitter: half fixed, half random, so retries spread out. */
 export function backoffDelay(attempt: number, policy: RetryPolicy): number {
-  const exp = Math.min(policy.maxDelayMs, policy.baseDelayMs * 2 ** Math.max(0, attempt - 1));
-  return Math.round(exp / 2 + Math.random() * (exp / 2));
+  return backoff(attempt, { baseMs: policy.baseDelayMs, maxMs: policy.maxDelayMs, jitter: 'equal' });
 }

@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { Redis, type RedisOptions } from 'ioredis';
 import type { Logger } from 'pino';
+import { backoff } from '../core/backoff.js';
 import { DedupeUnavailableError, errorMessage } from '../core/errors.js';
 import { createLogger } from '../core/logger.js';
 import {
@@ -86,7 +87,7 @@ export const FAIL_FAST_OPTIONS = {
   commandTimeout: 2000,
   connectTimeout: 5000,
   // Reconnect forever, backing off to 2 s: the worker recovers by itself when Redis returns.
-  retryStrategy: (times: number) => Math.min(2000, 50 * 2 ** Math.min(times, 6)),
+  retryStrategy: (times: number) => backoff(times, { baseMs: 100, maxMs: 2000, jitter: 'none' }),
   enableAutoPipelining: true,
 } satisfies RedisOptions;
 
