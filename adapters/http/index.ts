@@ -56,6 +56,8 @@ export class HttpIngressSource implements SourceAdapter<HttpMessage> {
   readonly #maxBufferedBytes: number;
   readonly #bodyTimeoutMs: number;
   readonly #pending: HttpMessage[] = [];
+  /** Handed to the worker and not settled yet: answered by `close()` if still so then. */
+  readonly #taken = new Set<HttpMessage>();
   /** Bytes of the bodies being received and of those in `#pending`. */
   #bufferedBytes = 0;
   readonly #waker = new Waker();
@@ -117,11 +119,15 @@ export class HttpIngressSource implements SourceAdapter<HttpMessage> {
       await this.#waker.wait(signal);
     }
     const taken = this.#pending.splice(0, max);
-    for (const message of taken) this.#bufferedBytes -= message.body.length;
+    for (const message of taken) {
+      this.#bufferedBytes -= message.body.length;
+      this.#taken.add(message);
+    }
     return taken;
   }
 
   async settle(message: HttpMessage, outcome: Outcome): Promise<void> {
+    this.#taken.delete(message);
     const res = message.response;
     if (res.writableEnded || res.destroyed) return; // the client gave up; it will send again
     if (outcome.kind === 'ack') {
@@ -138,12 +144,16 @@ export class HttpIngressSource implements SourceAdapter<HttpMessage> {
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
-    // Requests the worker never took: tell their senders to come back (nothing is lost).
-    for (const message of this.#pending.splice(0)) {
-      this.#bufferedBytes -= message.body.length;
+    // Requests the worker never took or has not settled: tell their senders to come back
+    // (nothing is lost, nothing unfinished is acked; the server closes once all are answered).
+    const pending = this.#pending.splice(0);
+    for (const message of pending) this.#bufferedBytes -= message.body.length;
+    for (const message of [...this.#taken, ...pending]) {
+      if (message.response.writableEnded || message.response.destroyed) continue;
       message.response.setHeader('retry-after', '5');
       reply(message.response, 503, { outcome: 'retry', code: 'SHUTDOWN', reason: 'shutting down' });
     }
+    this.#taken.clear();
     this.#waker.wake();
     await new Promise<void>((resolve) => this.#server.close(() => resolve()));
   }
