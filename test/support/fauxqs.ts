@@ -14,12 +14,13 @@ export interface FauxqsServer {
 }
 
 /**
- * An in-process fauxqs (SQS emulator) on a free loopback port. Never its CLI: that binds 0.0.0.0.
- * Closing it ends open long polls and connections.
+ * An in-process fauxqs (SQS emulator) on a free loopback port (or `port`: the one a closed server
+ * had, to bring the emulator back after an outage; empty, since it keeps its queues in memory).
+ * Never its CLI: that binds 0.0.0.0. Closing it ends open long polls and connections.
  */
-export async function startFauxqs(): Promise<FauxqsServer> {
+export async function startFauxqs(options: { port?: number } = {}): Promise<FauxqsServer> {
   const app = buildApp({ logger: false });
-  await app.listen({ host: '127.0.0.1', port: 0 });
+  await app.listen({ host: '127.0.0.1', port: options.port ?? 0 });
   const { port } = app.server.address() as AddressInfo;
   return {
     endpoint: `http://127.0.0.1:${port}`,
