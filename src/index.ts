@@ -17,7 +17,7 @@ export {
   type DeadLetterSink,
   type JsonlDeadLetterSink,
 } from './consumer/dead-letter-sink.js';
-export type { ProcessResult } from './consumer/pipeline.js';
+export type { ProcessResult, StoreContact } from './consumer/pipeline.js';
 export type { EventPattern, EventsFor, Handler, HandlerContext } from './consumer/router.js';
 export {
   type ConsumerSettings,

@@ -1,5 +1,5 @@
 import { readFileSync } from 'node:fs';
-import type { Logger } from 'pino';
+import { type Logger, pino } from 'pino';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { createMemorySource, type MemoryMessage } from '../adapters/memory/index.js';
 import { createConsumer } from '../src/consumer/consumer.js';
@@ -42,13 +42,14 @@ function pipeline(
     settings?: Partial<PipelineSettings>;
     now?: () => number;
     logger?: Logger;
+    keyring?: Keyring;
   } = {},
 ) {
   const dedupe = options.dedupe ?? createMemoryDedupe(options.now ? { now: options.now } : {});
   const p = new Pipeline(
     { ...SETTINGS, ...options.settings },
     {
-      keyring: new Keyring([{ id: 'current', secret: TEST_SIGNING_SECRET }]),
+      keyring: options.keyring ?? new Keyring([{ id: 'current', secret: TEST_SIGNING_SECRET }]),
       dedupe,
       router,
       logger: options.logger ?? silentLogger(),
@@ -290,6 +291,67 @@ describe('dedupe is a lease, not a flag', () => {
     const result = await p.process(message(createTestEnvelope('daily.data.steps.created').raw));
     expect(result.outcome).toMatchObject({ kind: 'retry', code: 'DEDUPE_UNAVAILABLE' });
     expect(handler).not.toHaveBeenCalled();
+  });
+});
+
+describe("a bug in verification is the kit's fault, not the message's", () => {
+  /** A keyring whose lookup throws, as a bug in the kit would (the event itself is good). */
+  class ThrowingKeyring extends Keyring {
+    override active(): never {
+      throw new TypeError("Cannot read properties of undefined (reading 'keyObject')");
+    }
+  }
+
+  it('retries a good event (INTERNAL_ERROR), dead after N, and logs the error with its stack', async () => {
+    const lines: Record<string, unknown>[] = [];
+    const logger = pino({ level: 'info' }, { write: (line: string) => void lines.push(JSON.parse(line)) });
+    const handler = vi.fn();
+    const { pipeline: p, dedupe } = pipeline(new Router().on('*', handler), {
+      keyring: new ThrowingKeyring([{ id: 'current', secret: TEST_SIGNING_SECRET }]),
+      logger,
+    });
+    const event = createTestEnvelope('daily.data.steps.created');
+    const first = await p.process(message(event.raw, 1));
+    expect(first.outcome).toMatchObject({ kind: 'retry', code: 'INTERNAL_ERROR' });
+    expect(first.outcome.kind === 'retry' && first.outcome.delayMs).toBeGreaterThan(0);
+    expect(first.store).toBe('not-asked');
+    const last = await p.process(message(event.raw, SETTINGS.retry.maxAttempts));
+    expect(last.outcome).toMatchObject({ kind: 'dead', code: 'INTERNAL_ERROR' });
+    expect(handler).not.toHaveBeenCalled();
+    expect(await dedupe.peek(event.eventId)).toBe('absent');
+    const errors = lines.filter((l) => l.level === 50);
+    expect(errors).toHaveLength(2);
+    expect(errors[0]).toMatchObject({ attempt: 1, err: expect.stringContaining("reading 'keyObject'") });
+    expect(String(errors[0]?.stack)).toMatch(/TypeError[^\n]*\n\s+at ThrowingKeyring\.active/);
+  });
+
+  it("a VerificationError is still the message's: dead at once, logged at most as a warning", async () => {
+    const lines: Record<string, unknown>[] = [];
+    const logger = pino({ level: 'info' }, { write: (line: string) => void lines.push(JSON.parse(line)) });
+    const { pipeline: p } = pipeline(new Router().on('*', vi.fn()), { logger });
+    const result = await p.process(message('not json at all'));
+    expect(result.outcome).toMatchObject({ kind: 'dead', code: 'MALFORMED_ENVELOPE' });
+    expect(lines.filter((l) => Number(l.level) >= 50)).toEqual([]);
+  });
+});
+
+describe('the result says whether the dedupe store answered', () => {
+  it('not-asked before the claim, unavailable when the claim failed, answered once it answered', async () => {
+    const dedupe = createMemoryDedupe();
+    const { pipeline: p } = pipeline(new Router().on('daily.data.steps.created', vi.fn()), { dedupe });
+    const steps = createTestEnvelope('daily.data.steps.created');
+    expect((await p.process(message(forgedEnvelope('daily.data.steps.created').raw))).store).toBe(
+      'not-asked',
+    );
+    // A catalog type nobody handles: acked as ignored without asking the store.
+    expect((await p.process(message(createTestEnvelope('daily.data.sleep.created').raw))).store).toBe(
+      'not-asked',
+    );
+    expect((await p.process(message(steps.raw))).store).toBe('answered');
+    expect((await p.process(message(steps.raw))).outcome).toEqual({ kind: 'ack', result: 'duplicate' });
+    vi.spyOn(dedupe, 'claim').mockRejectedValueOnce(new DedupeUnavailableError('connection refused'));
+    const down = await p.process(message(createTestEnvelope('daily.data.steps.created').raw));
+    expect(down).toMatchObject({ store: 'unavailable', outcome: { code: 'DEDUPE_UNAVAILABLE' } });
   });
 });
 

@@ -16,7 +16,7 @@ import type { Logger } from 'pino';
 import { definedOnly } from '../../src/core/defined.js';
 import { ConfigError, errorMessage } from '../../src/core/errors.js';
 import { silentLogger } from '../../src/core/logger.js';
-import type { Outcome } from '../../src/core/outcome.js';
+import { NOT_HANDLED, type Outcome } from '../../src/core/outcome.js';
 import type { SourceAdapter } from '../../src/core/source-adapter.js';
 import { Batcher, type EntryResults } from './batcher.js';
 import { BatchEntryError, isNotInFlight, isRetryableFailure, sqsFailure } from './errors.js';
@@ -216,7 +216,7 @@ export class SqsAdapter implements SourceAdapter<SqsMessage> {
       { source: this.name, count: messages.length },
       'messages received after stop: handing them back',
     );
-    await Promise.allSettled(messages.map((m) => this.settle(m, RELEASE)));
+    await Promise.allSettled(messages.map((m) => this.settle(m, NOT_HANDLED)));
   }
 
   async #makeVisibleIn(message: SqsMessage, delayMs: number): Promise<void> {
@@ -337,9 +337,6 @@ export class SqsAdapter implements SourceAdapter<SqsMessage> {
     }
   }
 }
-
-/** Settles a message nobody handled so that it is visible again at once. */
-const RELEASE: Outcome = { kind: 'retry', delayMs: 0, code: 'SHUTDOWN', reason: 'received after stop' };
 
 /** Each entry's failure by batch entry Id (its index); an entry SQS did not report is retried. */
 function entryResults(

@@ -1,10 +1,10 @@
 import type { Logger } from 'pino';
 import { type BackoffOptions, backoff } from '../core/backoff.js';
 import { deadLetterRecord } from '../core/dead-letter-record.js';
-import { ConfigError, type ErrorCode, errorMessage, VERIFICATION_CODES } from '../core/errors.js';
+import { ConfigError, errorMessage } from '../core/errors.js';
 import type { UnknownEvent } from '../core/events/schemas.js';
 import { createLogger } from '../core/logger.js';
-import type { Outcome } from '../core/outcome.js';
+import { type AbortCause, decide } from '../core/outcome.js';
 import { Keyring, type SigningSecret, secretsFromEnv } from '../core/secrets.js';
 import type { RawMessage, SourceAdapter } from '../core/source-adapter.js';
 import { createMemoryDedupe } from '../dedupe/memory.js';
@@ -53,12 +53,6 @@ export interface ConsumerStatus {
 const DEFAULT_DEAD_LETTER_PATH = 'partner-events-dead-letters.jsonl';
 /** After a failed receive: 0.5 s, doubling to 30 s (exact: one poller per source, nothing to spread). */
 const RECEIVE_BACKOFF: BackoffOptions = { baseMs: 500, maxMs: 30_000, jitter: 'none' };
-
-/** Outcomes reached before the dedupe store is asked: they say nothing about its health. */
-const DECIDED_BEFORE_STORE: ReadonlySet<ErrorCode> = new Set<ErrorCode>([
-  ...VERIFICATION_CODES,
-  'UNKNOWN_EVENT_TYPE',
-]);
 
 /**
  * Runs the pipeline over a source: receives while it has free capacity (bounded concurrency),
@@ -181,15 +175,8 @@ export class Consumer<M extends RawMessage = RawMessage> {
         { err: errorMessage(error), message_id: message.id },
         'dead-letter write failed: will retry',
       );
-      return {
-        ...result,
-        outcome: {
-          kind: 'retry',
-          code: result.outcome.code,
-          reason: 'dead-letter sink unavailable',
-          delayMs: 5000,
-        },
-      };
+      const facts = { kind: 'dead-letter-failed', dead: result.outcome } as const;
+      return { ...result, outcome: decide(facts, message.attempt, this.settings).outcome };
     }
   }
 
@@ -317,7 +304,6 @@ export class Consumer<M extends RawMessage = RawMessage> {
 
   async #handle(source: SourceAdapter<M>, message: M): Promise<void> {
     let result: ProcessResult;
-    let visibilityLost = false;
     if (source.heartbeat && source.heartbeatIntervalMs) {
       // Keep the message invisible while its handlers run; if that fails, abort them. Each beat
       // is scheduled after the previous one finished, so beats never overlap (receipts rotate).
@@ -337,8 +323,7 @@ export class Consumer<M extends RawMessage = RawMessage> {
               { message_id: message.id, err: errorMessage(error) },
               'visibility heartbeat failed: aborting handler',
             );
-            visibilityLost = true;
-            lost.abort('LEASE_LOST');
+            lost.abort('visibility-lost' satisfies AbortCause);
           },
         );
       };
@@ -352,9 +337,7 @@ export class Consumer<M extends RawMessage = RawMessage> {
     } else {
       result = await this.process(message);
     }
-    let outcome: Outcome = result.outcome;
-    // Visibility could not be extended: hand the message back at once rather than after a backoff.
-    if (visibilityLost && outcome.kind === 'retry') outcome = { ...outcome, delayMs: 0 };
+    const { outcome } = result;
     try {
       await source.settle(message, outcome);
     } catch (error) {
@@ -364,13 +347,14 @@ export class Consumer<M extends RawMessage = RawMessage> {
         'settle failed',
       );
     }
-    this.#log(result, outcome, message);
-    this.#onSettled?.({ ...result, outcome, message });
+    this.#log(result, message);
+    this.#onSettled?.({ ...result, message });
   }
 
-  #log(result: ProcessResult, outcome: Outcome, message: M): void {
+  #log(result: ProcessResult, message: M): void {
+    const { outcome } = result;
     // A store outage fails every message the same way: say so once, not once per message.
-    const storeDown = this.#trackStore(outcome);
+    const storeDown = this.#trackStore(result);
     if (storeDown && !this.logger.isLevelEnabled('debug')) return;
     const level = outcome.kind === 'ack' ? 'info' : outcome.kind === 'retry' ? 'warn' : 'error';
     if (!this.logger.isLevelEnabled(level)) return; // build nothing for a quiet logger
@@ -399,14 +383,13 @@ export class Consumer<M extends RawMessage = RawMessage> {
   }
 
   /** Notes whether the dedupe store answered for this message; logs outage start and end once. */
-  #trackStore(outcome: Outcome): boolean {
-    const down = outcome.kind !== 'ack' && outcome.code === 'DEDUPE_UNAVAILABLE';
-    const answered =
-      outcome.kind === 'ack' ? outcome.result !== 'ignored' : !DECIDED_BEFORE_STORE.has(outcome.code);
+  #trackStore(result: ProcessResult): boolean {
+    const down = result.store === 'unavailable';
+    const answered = result.store === 'answered';
     if (down && !this.#dedupeFailing) {
       this.#dedupeFailing = true;
       this.logger.error(
-        { reason: outcome.reason },
+        { reason: result.outcome.kind === 'ack' ? undefined : result.outcome.reason },
         'dedupe store unavailable: events are not acked; they are retried until it answers',
       );
     } else if (!down && answered && this.#dedupeFailing) {

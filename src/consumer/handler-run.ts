@@ -1,7 +1,4 @@
-import type { ErrorCode } from '../core/errors.js';
-
-/** Why a run of handlers was cut short. */
-export type AbortCode = Extract<ErrorCode, 'SHUTDOWN' | 'HANDLER_TIMEOUT' | 'LEASE_LOST'>;
+import { ABORT_CODES, type AbortCause } from '../core/outcome.js';
 
 /**
  * One execution of an event's handlers: its deadline, its dedupe lease, and an AbortSignal that
@@ -14,7 +11,7 @@ export class HandlerRun {
   readonly deadline: number;
   nextExtendAt: number;
   leaseUntil: number;
-  #abortCode: AbortCode | undefined;
+  #abortCause: AbortCause | undefined;
   #controller: AbortController | undefined;
   #wake: (() => void) | undefined;
 
@@ -26,21 +23,22 @@ export class HandlerRun {
     this.nextExtendAt = timing.now + timing.leaseMs / 3;
   }
 
-  get abortCode(): AbortCode | undefined {
-    return this.#abortCode;
+  /** Why the run was cut short, once it was. */
+  get abortCause(): AbortCause | undefined {
+    return this.#abortCause;
   }
 
   get signal(): AbortSignal {
     this.#controller ??= new AbortController();
-    if (this.#abortCode && !this.#controller.signal.aborted)
-      this.#controller.abort(abortReason(this.#abortCode));
+    if (this.#abortCause && !this.#controller.signal.aborted)
+      this.#controller.abort(abortReason(this.#abortCause));
     return this.#controller.signal;
   }
 
-  abort(code: AbortCode): void {
-    if (this.#abortCode) return;
-    this.#abortCode = code;
-    this.#controller?.abort(abortReason(code));
+  abort(cause: AbortCause): void {
+    if (this.#abortCause) return;
+    this.#abortCause = cause;
+    this.#controller?.abort(abortReason(cause));
     this.#wake?.();
   }
 
@@ -53,8 +51,8 @@ export class HandlerRun {
   }
 }
 
-function abortReason(code: AbortCode): Error {
-  const error = new Error(`handler aborted: ${code}`);
+function abortReason(cause: AbortCause): Error {
+  const error = new Error(`handler aborted: ${ABORT_CODES[cause]}`);
   error.name = 'AbortError';
   return error;
 }

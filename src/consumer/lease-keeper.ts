@@ -1,4 +1,5 @@
-import type { AbortCode, HandlerRun } from './handler-run.js';
+import type { AbortCause } from '../core/outcome.js';
+import type { HandlerRun } from './handler-run.js';
 
 export interface LeaseKeeperOptions {
   readonly leaseMs: number;
@@ -40,8 +41,8 @@ export class LeaseKeeper {
     }
   }
 
-  abortAll(code: AbortCode): void {
-    for (const run of this.#runs) run.abort(code);
+  abortAll(cause: AbortCause): void {
+    for (const run of this.#runs) run.abort(cause);
   }
 
   #tick(): void {
@@ -49,17 +50,17 @@ export class LeaseKeeper {
     const { leaseMs } = this.#options;
     for (const run of this.#runs) {
       if (now >= run.deadline) {
-        run.abort('HANDLER_TIMEOUT');
+        run.abort('handler-timeout');
       } else if (now >= run.nextExtendAt) {
         run.nextExtendAt = now + leaseMs / 3;
         this.#options.extend(run).then(
           (held) => {
             if (held) run.leaseUntil = now + leaseMs;
-            else run.abort('LEASE_LOST');
+            else run.abort('lease-lost');
           },
           () => {
             // The store is unreachable: try again next tick, give up when the lease would lapse.
-            if (Date.now() + this.#tickMs >= run.leaseUntil) run.abort('LEASE_LOST');
+            if (Date.now() + this.#tickMs >= run.leaseUntil) run.abort('lease-lost');
             else run.nextExtendAt = Date.now() + this.#tickMs;
           },
         );

@@ -1,22 +1,25 @@
 import type { Logger } from 'pino';
-import {
-  DeadLetterError,
-  type ErrorCode,
-  errorMessage,
-  isPartnerEventsError,
-  RetryLaterError,
-  VerificationError,
-} from '../core/errors.js';
+import { errorMessage, VerificationError } from '../core/errors.js';
 import { isKnownEventType, type UnknownEvent } from '../core/events/schemas.js';
 import { validateEvent } from '../core/events/validate.js';
-import { backoffDelay, decide, type Outcome, type RetryPolicy } from '../core/outcome.js';
+import {
+  type AbortCause,
+  type Decision,
+  decide,
+  type Facts,
+  isAbortCause,
+  type Outcome,
+  type RetryPolicy,
+} from '../core/outcome.js';
+import { redact } from '../core/redact.js';
 import type { Keyring } from '../core/secrets.js';
 import type { RawMessage } from '../core/source-adapter.js';
 import { type VerifiedMessage, verifyMessage } from '../core/verify.js';
-import type { DedupeStore } from '../dedupe/types.js';
-import { type AbortCode, HandlerRun } from './handler-run.js';
+import type { ClaimResult, DedupeStore } from '../dedupe/types.js';
+import { handlerContext } from './handler-context.js';
+import { HandlerRun } from './handler-run.js';
 import { LeaseKeeper } from './lease-keeper.js';
-import type { Handler, HandlerContext, Router } from './router.js';
+import type { Handler, Router } from './router.js';
 import { DEFAULT_MAX_ABANDONED_CLAIMS } from './settings.js';
 
 export interface PipelineSettings {
@@ -42,6 +45,12 @@ export interface PipelineDeps {
   readonly now?: () => number;
 }
 
+/**
+ * Whether the dedupe store answered for this message: `not-asked` when it stopped before the
+ * claim (verification, routing), `unavailable` when the claim failed.
+ */
+export type StoreContact = 'answered' | 'unavailable' | 'not-asked';
+
 /** The outcome of one message with what was learned about it on the way. */
 export interface ProcessResult {
   readonly outcome: Outcome;
@@ -56,16 +65,18 @@ export interface ProcessResult {
   readonly durationMs: number;
   /** The handlers alone, when they ran. */
   readonly handlerDurationMs: number | undefined;
+  readonly store: StoreContact;
 }
 
-type Fail = { code: ErrorCode; reason: string; delayMs?: number };
-/** A handler failure; `running` is the handler still going after a timeout or a lost lease. */
-type HandlerFail = Fail & { running?: PromiseLike<unknown> };
+const HANDLED: Facts = { kind: 'handled' };
+const DUPLICATE: Facts = { kind: 'duplicate' };
 
 /**
- * One message in, one outcome out; never throws. Order (DESIGN.md): envelope → age → HMAC →
- * body → id copies → claim → schema → handlers → complete. Nothing about a message that failed
- * verification reaches the dedupe store.
+ * One message in, one outcome out; never throws. Order (docs/concepts.md, "The pipeline"):
+ * envelope → age → HMAC → body → id copies → route → claim → schema → handlers → complete.
+ * Nothing about a message that failed verification reaches the dedupe store. Each step reports
+ * what it learned; `decide` (src/core/outcome.ts) turns that into the outcome and says what
+ * becomes of the claim.
  */
 export class Pipeline {
   readonly #settings: PipelineSettings;
@@ -87,144 +98,125 @@ export class Pipeline {
 
   async process(message: RawMessage, signal?: AbortSignal): Promise<ProcessResult> {
     const started = performance.now();
-    const s = this.#settings;
-    let handlerMs: number | undefined;
-    const finish = (outcome: Outcome, verified?: VerifiedMessage): ProcessResult => ({
-      outcome,
-      eventId: verified?.eventId,
-      eventType: verified?.eventType,
-      keyId: verified?.keyId,
-      signedAt: verified?.signedAt,
-      attempt: message.attempt,
-      durationMs: performance.now() - started,
-      handlerDurationMs: handlerMs,
-    });
-    const fail = (f: Fail, verified?: VerifiedMessage) =>
-      finish(decide(f.code, f.reason, message.attempt, s.retry, f.delayMs), verified);
-
-    if (message.rejection) return fail(message.rejection);
+    if (message.rejection) {
+      return this.#result(message, started, { kind: 'rejected', ...message.rejection }, 'not-asked');
+    }
     let verified: VerifiedMessage;
     try {
-      verified = verifyMessage(message.body, {
-        keyring: this.#deps.keyring,
-        now: this.#now(),
-        enqueuedAt: message.enqueuedAt,
-        strictAge: s.strictAge,
-        checkAge: s.checkAge,
-        maxAgeSeconds: s.maxAgeSeconds,
-        maxFutureSkewSeconds: s.maxFutureSkewSeconds,
-        maxEnvelopeBytes: s.maxEnvelopeBytes,
-      });
+      verified = this.#verify(message);
     } catch (error) {
-      if (error instanceof VerificationError) return fail({ code: error.code, reason: error.message });
-      return fail({ code: 'MALFORMED_ENVELOPE', reason: 'unexpected verification failure' });
+      return this.#unverified(message, started, error);
     }
-
-    const { eventType } = verified;
-    let handlers: readonly Handler<never>[];
-    if (isKnownEventType(eventType)) {
-      handlers = this.#deps.router.match(eventType);
-    } else {
-      const unknown = this.#deps.router.unknownHandler;
-      if (unknown) {
-        handlers = [unknown];
-      } else if (s.unknownEventTypes === 'dead-letter') {
-        return fail(
-          { code: 'UNKNOWN_EVENT_TYPE', reason: `event type "${eventType}" is not in the catalog` },
-          verified,
-        );
-      } else {
-        this.#deps.logger.warn(
-          { event_id: verified.eventId, event_type: eventType },
-          'event type not in the catalog and no unknown handler: acked without handling',
-        );
-        return finish({ kind: 'ack', result: 'ignored' }, verified);
-      }
-    }
-    // Nobody wants this type: nothing to de-duplicate or run.
-    if (handlers.length === 0) return finish({ kind: 'ack', result: 'ignored' }, verified);
+    const handlers = this.#route(verified);
+    if (handlers === undefined) return this.#unrouted(message, started, verified);
 
     const { dedupe } = this.#deps;
-    let claim: Awaited<ReturnType<DedupeStore['claim']>>;
+    const s = this.#settings;
+    let claim: ClaimResult;
     try {
       claim = await dedupe.claim(verified.eventId, s.leaseMs);
     } catch (error) {
-      return fail({ code: 'DEDUPE_UNAVAILABLE', reason: errorMessage(error) }, verified);
+      return this.#result(message, started, { kind: 'store-unavailable', error }, 'unavailable', verified);
     }
-    if (claim.status === 'duplicate') return finish({ kind: 'ack', result: 'duplicate' }, verified);
-    if (claim.status === 'in_progress') {
-      return fail(
-        {
-          code: 'IN_PROGRESS',
-          reason: 'another delivery of this event is being handled right now',
-          // Usually the holder finishes in milliseconds: look again soon, backing off per attempt.
-          delayMs: Math.max(100, Math.min(claim.retryAfterMs, backoffDelay(message.attempt, s.retry))),
-        },
-        verified,
-      );
-    }
+    if (claim.status !== 'claimed')
+      return this.#result(message, started, notClaimed(claim), 'answered', verified);
     const { token } = claim;
-    const abandoned = claim.abandoned ?? 0;
-    const maxAbandoned = s.maxAbandonedClaims ?? DEFAULT_MAX_ABANDONED_CLAIMS;
-    if (abandoned > 0) {
-      // Each one is a worker that died or hung mid-event: worth an operator's eye before the limit.
-      this.#deps.logger.warn(
-        { event_id: verified.eventId, event_type: eventType, abandoned, limit: maxAbandoned },
-        'an earlier handling of this event was abandoned (its worker died or hung)',
-      );
-    }
-    if (maxAbandoned > 0 && abandoned >= maxAbandoned) {
-      // Handling this event keeps killing (or hanging) the worker: stop feeding it to it.
-      await this.#release(verified.eventId, token);
-      return fail(
-        {
-          code: 'HANDLER_ABANDONED',
-          reason: `its handling was abandoned ${abandoned} times (the worker died or hung while handling it); handlers not run again`,
-        },
-        verified,
-      );
-    }
-
-    const validation = validateEvent(eventType, verified.payload);
-    if (!validation.ok) {
-      await this.#release(verified.eventId, token);
-      return fail({ code: validation.code, reason: validation.reason }, verified);
-    }
-
-    const handlersStarted = performance.now();
-    const failure = await this.#runHandlers(handlers, validation.event, verified, message, token, signal);
-    handlerMs = performance.now() - handlersStarted;
-    if (failure) {
-      const { running, ...reported } = failure;
-      if (running) {
-        // A timed-out or lease-lost handler may still be running: keep the claim until it stops
-        // (at most until the lease runs out), so no second copy starts alongside it. Released
-        // then, the claim does not count as abandoned.
-        const release = () => this.#release(verified.eventId, token);
-        running.then(release, release);
+    let facts = this.#abandoned(verified, claim.abandoned ?? 0);
+    let handlerMs: number | undefined;
+    if (facts === undefined) {
+      const validation = validateEvent(verified.eventType, verified.payload);
+      if (validation.ok) {
+        const handlersStarted = performance.now();
+        facts = await this.#runHandlers(handlers, validation.event, verified, message, token, signal);
+        handlerMs = performance.now() - handlersStarted;
       } else {
-        await this.#release(verified.eventId, token);
+        facts = { kind: 'schema-invalid', reason: validation.reason };
       }
-      return fail(reported, verified);
     }
-
-    try {
-      const completed = await dedupe.complete(verified.eventId, token, s.retentionMs);
-      if (!completed) {
-        this.#deps.logger.warn(
-          { event_id: verified.eventId, event_type: eventType },
-          'lease was taken over before completion: this event may have been handled twice',
-        );
+    const decision = decide(facts, message.attempt, s);
+    if (decision.claim === 'complete') {
+      // Awaited here rather than in a helper: one promise hop fewer per handled event.
+      try {
+        if (!(await dedupe.complete(verified.eventId, token, s.retentionMs))) this.#takenOver(verified);
+      } catch (error) {
+        this.#completeFailed(verified, error);
       }
-    } catch (error) {
-      // The handlers succeeded: acking is right. Not recording "done" only matters if another
-      // copy arrives later, which then runs the handlers again (the documented crash window).
+    } else {
+      await this.#letGo(decision, facts, verified.eventId, token);
+    }
+    return this.#finish(message, started, decision.outcome, 'answered', verified, handlerMs);
+  }
+
+  /** Aborts every running handler (the consumer's shutdown deadline passed). */
+  abortAll(): void {
+    this.#aborted = true;
+    this.#keeper.abortAll('shutdown');
+  }
+
+  #verify(message: RawMessage): VerifiedMessage {
+    const s = this.#settings;
+    return verifyMessage(message.body, {
+      keyring: this.#deps.keyring,
+      now: this.#now(),
+      enqueuedAt: message.enqueuedAt,
+      strictAge: s.strictAge,
+      checkAge: s.checkAge,
+      maxAgeSeconds: s.maxAgeSeconds,
+      maxFutureSkewSeconds: s.maxFutureSkewSeconds,
+      maxEnvelopeBytes: s.maxEnvelopeBytes,
+    });
+  }
+
+  #unverified(message: RawMessage, started: number, error: unknown): ProcessResult {
+    if (!(error instanceof VerificationError)) {
+      // A bug in the kit, not a bad message: say so loudly; the message is retried, not dead-lettered.
       this.#deps.logger.error(
-        { event_id: verified.eventId, err: errorMessage(error) },
-        'could not record event as done in the dedupe store; acking anyway',
+        {
+          message_id: message.id,
+          attempt: message.attempt,
+          err: errorMessage(error),
+          stack: error instanceof Error && error.stack ? redact(error.stack) : undefined,
+        },
+        'unexpected exception while verifying a message (a bug in partner-health-events): it will be retried',
       );
     }
-    return finish({ kind: 'ack', result: 'handled' }, verified);
+    return this.#result(message, started, { kind: 'unverified', error }, 'not-asked');
+  }
+
+  /** The handlers for a verified event; undefined when nobody wants it. */
+  #route(verified: VerifiedMessage): readonly Handler<never>[] | undefined {
+    const { router } = this.#deps;
+    if (!isKnownEventType(verified.eventType)) {
+      return router.unknownHandler ? [router.unknownHandler] : undefined;
+    }
+    const handlers = router.match(verified.eventType);
+    return handlers.length > 0 ? handlers : undefined;
+  }
+
+  #unrouted(message: RawMessage, started: number, verified: VerifiedMessage): ProcessResult {
+    const { eventId, eventType } = verified;
+    const known = isKnownEventType(eventType);
+    const decision = decide({ kind: 'unrouted', eventType, known }, message.attempt, this.#settings);
+    if (!known && decision.outcome.kind === 'ack') {
+      this.#deps.logger.warn(
+        { event_id: eventId, event_type: eventType },
+        'event type not in the catalog and no unknown handler: acked without handling',
+      );
+    }
+    return this.#finish(message, started, decision.outcome, 'not-asked', verified, undefined);
+  }
+
+  /** Facts that stop an event whose claims were abandoned too often; warns of each abandoned one. */
+  #abandoned(verified: VerifiedMessage, abandoned: number): Facts | undefined {
+    if (abandoned === 0) return undefined;
+    const limit = this.#settings.maxAbandonedClaims ?? DEFAULT_MAX_ABANDONED_CLAIMS;
+    // Each one is a worker that died or hung mid-event: worth an operator's eye before the limit.
+    this.#deps.logger.warn(
+      { event_id: verified.eventId, event_type: verified.eventType, abandoned, limit },
+      'an earlier handling of this event was abandoned (its worker died or hung)',
+    );
+    // Handling this event keeps killing (or hanging) the worker: stop feeding it to it.
+    return limit > 0 && abandoned >= limit ? { kind: 'abandoned', times: abandoned } : undefined;
   }
 
   async #runHandlers(
@@ -234,18 +226,18 @@ export class Pipeline {
     message: RawMessage,
     token: string,
     external: AbortSignal | undefined,
-  ): Promise<HandlerFail | undefined> {
+  ): Promise<Facts> {
+    if (this.#aborted || external?.aborted) return { kind: 'handler-aborted', cause: causeOf(external) };
     const s = this.#settings;
-    if (this.#aborted || external?.aborted) return abortFailure(abortCodeOf(external?.reason), s);
     const run = new HandlerRun(verified.eventId, token, {
       now: Date.now(),
       timeoutMs: s.handlerTimeoutMs,
       leaseMs: s.leaseMs,
     });
-    const onExternal = () => run.abort(abortCodeOf(external?.reason));
+    const onExternal = () => run.abort(causeOf(external));
     external?.addEventListener('abort', onExternal, { once: true });
     this.#keeper.start(run);
-    const context = this.#context(verified, message, run);
+    const context = handlerContext(verified, message, run, this.#deps.logger);
     try {
       for (const handler of handlers) {
         const result = handler(event as never, context);
@@ -253,52 +245,46 @@ export class Pipeline {
           await run.wait(result);
           // Timed out or lease lost while the handler's promise was pending: it may still be
           // running. (At a shutdown the process is about to end: the claim is released at once.)
-          if (run.abortCode && run.abortCode !== 'SHUTDOWN') {
-            return { ...abortFailure(run.abortCode, s), running: result };
-          }
+          const cause = run.abortCause;
+          if (cause && cause !== 'shutdown') return { kind: 'handler-aborted', cause, running: result };
         }
-        if (run.abortCode) return abortFailure(run.abortCode, s);
+        if (run.abortCause) return { kind: 'handler-aborted', cause: run.abortCause };
       }
-      return undefined;
+      return HANDLED;
     } catch (error) {
-      return run.abortCode ? abortFailure(run.abortCode, s) : handlerFailure(error);
+      const cause = run.abortCause;
+      return cause ? { kind: 'handler-aborted', cause } : { kind: 'handler-threw', error };
     } finally {
       this.#keeper.finish(run);
       external?.removeEventListener('abort', onExternal);
     }
   }
 
-  /** Aborts every running handler (the consumer's shutdown deadline passed). */
-  abortAll(): void {
-    this.#aborted = true;
-    this.#keeper.abortAll('SHUTDOWN');
+  #takenOver(verified: VerifiedMessage): void {
+    this.#deps.logger.warn(
+      { event_id: verified.eventId, event_type: verified.eventType },
+      'lease was taken over before completion: this event may have been handled twice',
+    );
   }
 
-  #context(verified: VerifiedMessage, message: RawMessage, run: HandlerRun): HandlerContext {
-    const parent = this.#deps.logger;
-    let logger: Logger | undefined;
-    return {
-      eventId: verified.eventId,
-      eventType: verified.eventType,
-      signedAt: verified.signedAt,
-      keyId: verified.keyId,
-      attempt: message.attempt,
-      messageId: message.id,
-      enqueuedAt: message.enqueuedAt,
-      rawBody: verified.envelope.body,
-      get signal() {
-        return run.signal;
-      },
-      // Created on first use: most handlers never log, and a child logger is not free.
-      get logger() {
-        logger ??= parent.child({
-          event_id: verified.eventId,
-          event_type: verified.eventType,
-          attempt: message.attempt,
-        });
-        return logger;
-      },
-    };
+  #completeFailed(verified: VerifiedMessage, error: unknown): void {
+    // The handlers succeeded: acking is right. Not recording "done" only matters if another
+    // copy arrives later, which then runs the handlers again (the documented crash window).
+    this.#deps.logger.error(
+      { event_id: verified.eventId, err: errorMessage(error) },
+      'could not record event as done in the dedupe store; acking anyway',
+    );
+  }
+
+  /** Releases the claim at once, or once the handler that may still run has stopped. */
+  async #letGo(decision: Decision, facts: Facts, eventId: string, token: string): Promise<void> {
+    if (decision.claim === 'release') return this.#release(eventId, token);
+    if (decision.claim !== 'release-when-stopped') return;
+    // Released then, the claim does not count as abandoned.
+    const running = facts.kind === 'handler-aborted' ? facts.running : undefined;
+    const release = () => this.#release(eventId, token);
+    if (running) running.then(release, release);
+    else await release();
   }
 
   async #release(eventId: string, token: string): Promise<void> {
@@ -312,50 +298,53 @@ export class Pipeline {
       );
     }
   }
+
+  #result(
+    message: RawMessage,
+    started: number,
+    facts: Facts,
+    store: StoreContact,
+    verified?: VerifiedMessage,
+  ): ProcessResult {
+    const { outcome } = decide(facts, message.attempt, this.#settings);
+    return this.#finish(message, started, outcome, store, verified, undefined);
+  }
+
+  #finish(
+    message: RawMessage,
+    started: number,
+    outcome: Outcome,
+    store: StoreContact,
+    verified: VerifiedMessage | undefined,
+    handlerMs: number | undefined,
+  ): ProcessResult {
+    return {
+      outcome,
+      eventId: verified?.eventId,
+      eventType: verified?.eventType,
+      keyId: verified?.keyId,
+      signedAt: verified?.signedAt,
+      attempt: message.attempt,
+      durationMs: performance.now() - started,
+      handlerDurationMs: handlerMs,
+      store,
+    };
+  }
+}
+
+/** What the store's answer says when it is not a plain "claimed". */
+function notClaimed(claim: Exclude<ClaimResult, { status: 'claimed' }>): Facts {
+  return claim.status === 'duplicate' ? DUPLICATE : { kind: 'in-progress', retryAfterMs: claim.retryAfterMs };
 }
 
 function isPromiseLike(value: unknown): value is PromiseLike<unknown> {
   return typeof (value as PromiseLike<unknown> | null)?.then === 'function';
 }
 
-/** The abort code an external signal carries (`abort('LEASE_LOST')`), SHUTDOWN otherwise. */
-function abortCodeOf(reason: unknown): AbortCode {
-  return reason === 'LEASE_LOST' || reason === 'HANDLER_TIMEOUT' ? reason : 'SHUTDOWN';
-}
-
-function abortFailure(code: AbortCode, s: PipelineSettings): Fail {
-  switch (code) {
-    case 'SHUTDOWN':
-      return { code, reason: 'consumer stopped before the handler finished', delayMs: 0 };
-    case 'HANDLER_TIMEOUT':
-      // The handler may still be running: retry only once its lease has lapsed.
-      return { code, reason: `handler ran longer than ${s.handlerTimeoutMs}ms`, delayMs: s.leaseMs };
-    case 'LEASE_LOST':
-      return { code, reason: 'lease on the event or message could not be kept', delayMs: s.leaseMs };
-  }
-}
-
-function handlerFailure(error: unknown): Fail {
-  if (
-    error instanceof RetryLaterError ||
-    (isPartnerEventsError(error) && error.code === 'HANDLER_REQUESTED_RETRY')
-  ) {
-    const delayMs = (error as RetryLaterError).delayMs;
-    return delayMs === undefined
-      ? { code: 'HANDLER_REQUESTED_RETRY', reason: error.message }
-      : { code: 'HANDLER_REQUESTED_RETRY', reason: error.message, delayMs };
-  }
-  if (
-    error instanceof DeadLetterError ||
-    (isPartnerEventsError(error) && error.code === 'HANDLER_REQUESTED_DEAD_LETTER')
-  ) {
-    return { code: 'HANDLER_REQUESTED_DEAD_LETTER', reason: (error as Error).message };
-  }
-  // A forward's own failure code (a redirect) says more than HANDLER_FAILED; retried the same way.
-  if (isPartnerEventsError(error) && error.code === 'FORWARD_REDIRECTED') {
-    return { code: error.code, reason: error.message };
-  }
-  return { code: 'HANDLER_FAILED', reason: `handler threw: ${errorMessage(error)}` };
+/** Why an external signal aborted: the typed cause it carries, a shutdown otherwise. */
+function causeOf(external: AbortSignal | undefined): AbortCause {
+  const reason: unknown = external?.reason;
+  return isAbortCause(reason) ? reason : 'shutdown';
 }
 
 export type { UnknownEvent };

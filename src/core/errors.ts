@@ -30,6 +30,8 @@ export const ERROR_CODES = [
   'IN_PROGRESS',
   'DEDUPE_UNAVAILABLE',
   'SHUTDOWN',
+  // An unexpected exception inside the kit's own checks (a bug): retried, never blamed on the message.
+  'INTERNAL_ERROR',
   'CONFIG_INVALID',
   'SECRET_INVALID',
   'ADAPTER_ERROR',

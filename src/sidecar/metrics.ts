@@ -101,9 +101,10 @@ export class ConsumerMetrics {
       else this.#ignored.inc();
       return;
     }
-    // Rejected: the message itself is bad (it failed verification, or its body is invalid).
+    // Rejected: the message itself is bad (it failed verification, or its body is invalid);
+    // not when verification itself broke (INTERNAL_ERROR, a bug in the kit).
     if (
-      report.keyId === undefined ||
+      (report.keyId === undefined && outcome.code !== 'INTERNAL_ERROR') ||
       outcome.code === 'SCHEMA_INVALID' ||
       outcome.code === 'UNKNOWN_EVENT_TYPE'
     ) {
