@@ -1,19 +1,10 @@
 import { defineConfig } from 'tsup';
+import { tsupEntries } from './subpaths.js';
 
 export default defineConfig([
   {
-    entry: {
-      index: 'src/index.ts',
-      testing: 'src/consumer/testing.ts',
-      sidecar: 'src/sidecar/index.ts',
-      'adapters/memory': 'adapters/memory/index.ts',
-      'adapters/file': 'adapters/file/index.ts',
-      'adapters/http': 'adapters/http/index.ts',
-      'adapters/sqs': 'adapters/sqs/index.ts',
-      'adapters/storage-queue': 'adapters/storage-queue/index.ts',
-      'adapters/event-hubs': 'adapters/event-hubs/index.ts',
-      'dedupe/redis': 'src/dedupe/redis.ts',
-    },
+    // One entry per subpath of the package (subpaths.ts).
+    entry: tsupEntries(),
     // Optional peers stay imports: the core never loads them.
     external: [
       'ioredis',

@@ -1,22 +1,16 @@
 import { fileURLToPath } from 'node:url';
 import { defineConfig } from 'vitest/config';
+import { SUBPATHS, specifierOf } from './subpaths.js';
 
 const here = (p: string) => fileURLToPath(new URL(p, import.meta.url));
 
 export default defineConfig({
   resolve: {
-    alias: {
-      'partner-health-events/testing': here('./src/consumer/testing.ts'),
-      'partner-health-events/sidecar': here('./src/sidecar/index.ts'),
-      'partner-health-events/memory': here('./adapters/memory/index.ts'),
-      'partner-health-events/file': here('./adapters/file/index.ts'),
-      'partner-health-events/http': here('./adapters/http/index.ts'),
-      'partner-health-events/redis': here('./src/dedupe/redis.ts'),
-      'partner-health-events/sqs': here('./adapters/sqs/index.ts'),
-      'partner-health-events/storage-queue': here('./adapters/storage-queue/index.ts'),
-      'partner-health-events/event-hubs': here('./adapters/event-hubs/index.ts'),
-      'partner-health-events': here('./src/index.ts'),
-    },
+    // Each subpath of the package to its source (subpaths.ts); the longest first, so that the
+    // root's alias does not take `partner-health-events/testing` by its prefix.
+    alias: Object.entries(SUBPATHS)
+      .sort(([a], [b]) => b.length - a.length)
+      .map(([subpath, { source }]) => ({ find: specifierOf(subpath), replacement: here(`./${source}`) })),
   },
   test: {
     // examples/ holds partner-facing example tests: they run too, so they keep working.

@@ -11,9 +11,12 @@ const MAY_IMPORT: Readonly<Record<string, readonly string[]>> = {
   'src/core': ['src/core'],
   'src/dedupe': ['src/dedupe', 'src/core'],
   'src/consumer': ['src/consumer', 'src/dedupe', 'src/core'],
-  'src/sidecar': ['src/sidecar', 'src/consumer', 'src/dedupe', 'src/core'],
+  'src/sidecar': ['src/sidecar', 'src/transports.ts', 'src/consumer', 'src/dedupe', 'src/core'],
   'src/cli': ['src/cli', 'src/transports.ts', 'src/sidecar', 'src/consumer', 'src/dedupe', 'src/core'],
   adapters: ['adapters', 'src/core'],
+  // The registry: one descriptor (adapters/<name>/cli.ts) per transport, which loads its adapter
+  // only when opened.
+  'src/transports.ts': ['adapters', 'src/core'],
 };
 
 /** Packages that only the layers named may load (the root entry must stay light). */
@@ -24,17 +27,16 @@ const PACKAGE_HOMES: Readonly<Record<string, readonly string[]>> = {
 };
 
 /**
- * Imports of adapters/ from src/ that predate the transport registry. The registry
- * (src/transports.ts) is the one way in; this list may only shrink.
+ * Imports of adapters/ from src/ outside the transport registry (src/transports.ts, the one way
+ * in), each for a reason written at the import: the in-process memory queue of the demo and of
+ * `./testing`, and the file adapter as the reader of the kit's own JSONL files in `replay`. None
+ * loads an SDK. This list may only shrink.
  */
-const ADAPTER_IMPORTS_BEFORE_REGISTRY = new Set([
+const ADAPTER_IMPORTS_OUTSIDE_REGISTRY = new Set([
   'src/cli/demo.ts',
   'src/cli/replay.ts',
   'src/cli/replay-source.ts',
-  'src/cli/sources.ts',
-  'src/cli/targets.ts',
   'src/consumer/testing.ts',
-  'src/sidecar/config.ts',
 ]);
 
 function sourceFiles(dir: string): string[] {
@@ -76,7 +78,7 @@ describe('the layers of the tree', () => {
         const target = normalize(join(dirname(file), spec));
         const to = layerOf(target);
         if (to === undefined) continue;
-        if (to === 'adapters' && from !== 'adapters' && ADAPTER_IMPORTS_BEFORE_REGISTRY.has(file)) continue;
+        if (to === 'adapters' && from !== 'adapters' && ADAPTER_IMPORTS_OUTSIDE_REGISTRY.has(file)) continue;
         if (!MAY_IMPORT[from]?.includes(to)) wrong.push(`${file} → ${target}`);
       }
     }

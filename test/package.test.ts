@@ -75,6 +75,22 @@ describe('the built package', () => {
     expect(staticImports(dist('sidecar.js'))).toEqual(expect.arrayContaining(['prom-client', 'yaml']));
   });
 
+  it('the sidecar entry and the CLI load no cloud SDK until a transport is opened', () => {
+    // Both hold the transport registry; its descriptors import their adapters with import().
+    for (const entry of ['sidecar.js', 'cli/main.js']) {
+      const packages = staticImports(dist(entry));
+      expect(packages, entry).toContain('zod');
+      for (const sdk of [
+        '@aws-sdk/client-sqs',
+        '@azure/storage-queue',
+        '@azure/event-hubs',
+        '@azure/identity',
+      ]) {
+        expect(packages, entry).not.toContain(sdk);
+      }
+    }
+  });
+
   it('ships a runnable partner-events binary', () => {
     const result = spawnSync(process.execPath, [dist('cli/main.js'), '--help'], { encoding: 'utf8' });
     expect(result.status).toBe(0);

@@ -1,10 +1,8 @@
-import type { Checkpoint, CheckpointStore, PartitionOwnership, TokenCredential } from '@azure/event-hubs';
-import type { Logger } from 'pino';
-import { definedOnly } from '../../src/core/defined.js';
-import { ConfigError } from '../../src/core/errors.js';
 import { redact } from '../../src/core/redact.js';
-import { createEventHubsAdapter, DEFAULT_CHECKPOINT_PATH, type EventHubsAdapter } from './adapter.js';
-import { type EventHubsTuning, HUB_NAME } from './tuning.js';
+import { defineTransport, importAdapterModule } from '../../src/core/transport.js';
+import { eventHubsTuningSchema } from './tuning.js';
+
+const SDK = '@azure/event-hubs';
 
 export const CLI_SCHEME = 'azure-event-hubs:';
 /** A connection string (namespace or hub level). */
@@ -19,131 +17,35 @@ export const ENV_POISON_HUB = 'EVENTHUBS_POISON_HUB';
 export const ENV_STORAGE_CONNECTION_STRING = 'AZURE_STORAGE_CONNECTION_STRING';
 
 /**
- * The source for `partner-events run --source azure-event-hubs:HUB [--consumer-group NAME]`.
- * Credentials come from the environment: `EVENTHUBS_CONNECTION_STRING`, or
- * `EVENTHUBS_FULLY_QUALIFIED_NAMESPACE` with `@azure/identity`'s `DefaultAzureCredential`
- * (imported on first use, so it is needed only then). The checkpoint store is
- * `EVENTHUBS_CHECKPOINT_STORE`; `EVENTHUBS_POISON_HUB` names a hub for copies of dead events.
+ * Azure Event Hubs: `azure-event-hubs:HUB`, with the connection (and the checkpoint store) from
+ * the environment variables above; the consumer group is the sidecar's `consumerGroup`.
  */
-export function eventHubsSourceFromCli(
-  spec: string,
-  options: { logger?: Logger; consumerGroup?: string; tuning?: EventHubsTuning } = {},
-  env: NodeJS.ProcessEnv = process.env,
-): EventHubsAdapter {
-  if (!spec.startsWith(CLI_SCHEME)) throw new ConfigError(`not an Event Hubs source: "${redact(spec)}"`);
-  const eventHubName = spec.slice(CLI_SCHEME.length);
-  if (!HUB_NAME.test(eventHubName)) {
-    throw new ConfigError(`--source ${redact(spec)}: expected ${CLI_SCHEME}HUB_NAME`);
-  }
-  const connectionString = env[ENV_CONNECTION_STRING];
-  const namespace = env[ENV_NAMESPACE];
-  let credential: TokenCredential | undefined;
-  if (!connectionString) {
-    if (!namespace) {
-      throw new ConfigError(
-        `--source ${redact(spec)} needs ${ENV_CONNECTION_STRING}, or ${ENV_NAMESPACE} with an Azure identity`,
+export const eventHubsTransport = defineTransport({
+  name: 'event-hubs',
+  sdk: SDK,
+  options: { key: 'eventHubs', schema: eventHubsTuningSchema },
+  names: (spec) => spec.startsWith(CLI_SCHEME),
+  describe: redact,
+  source: {
+    forms: 'azure-event-hubs:HUB (EVENTHUBS_CONNECTION_STRING)',
+    async open(spec, { logger, options, consumerGroup }) {
+      const { eventHubsSourceFromCli } = await importAdapterModule(
+        SDK,
+        'source',
+        () => import('./environment.js'),
       );
-    }
-    credential = lazyDefaultCredential();
-  }
-  const { poisonHub: configuredPoisonHub, ...tuning } = options.tuning ?? {};
-  const poisonHub = configuredPoisonHub ?? env[ENV_POISON_HUB];
-  if (poisonHub && !HUB_NAME.test(poisonHub)) {
-    throw new ConfigError(`${ENV_POISON_HUB}="${poisonHub}": expected an event hub name`);
-  }
-  const auth = connectionString
-    ? { connectionString }
-    : { fullyQualifiedNamespace: namespace as string, credential: credential as TokenCredential };
-  return createEventHubsAdapter({
-    ...definedOnly(tuning),
-    ...auth,
-    eventHubName,
-    checkpointStore: checkpointStoreFromEnv(env, () => (credential ??= lazyDefaultCredential())),
-    ...(options.consumerGroup ? { consumerGroup: options.consumerGroup } : {}),
-    ...(poisonHub ? { poisonHub } : {}),
-    ...(options.logger ? { logger: options.logger } : {}),
-  });
-}
-
-function checkpointStoreFromEnv(
-  env: NodeJS.ProcessEnv,
-  credential: () => TokenCredential,
-): CheckpointStore | string {
-  const spec = env[ENV_CHECKPOINT_STORE] ?? `sqlite:${DEFAULT_CHECKPOINT_PATH}`;
-  if (spec.startsWith('sqlite:') && spec.length > 'sqlite:'.length) return spec.slice('sqlite:'.length);
-  if (spec.startsWith('blob:') && spec.length > 'blob:'.length) {
-    const target = spec.slice('blob:'.length);
-    if (/^https?:\/\//.test(target))
-      return lazyBlobCheckpointStore({ url: target, credential: credential() });
-    const storage = env[ENV_STORAGE_CONNECTION_STRING];
-    if (!storage) {
-      throw new ConfigError(
-        `${ENV_CHECKPOINT_STORE}=blob:${redact(target)} needs ${ENV_STORAGE_CONNECTION_STRING}`,
-      );
-    }
-    return lazyBlobCheckpointStore({ connectionString: storage, container: target });
-  }
-  throw new ConfigError(
-    `${ENV_CHECKPOINT_STORE}="${redact(spec)}": expected sqlite:PATH or blob:CONTAINER_URL`,
-  );
-}
-
-/** `DefaultAzureCredential`, imported when the first token is needed (an optional peer dependency). */
-function lazyDefaultCredential(): TokenCredential {
-  let inner: Promise<TokenCredential> | undefined;
-  return {
-    async getToken(...args: Parameters<TokenCredential['getToken']>) {
-      inner ??= import('@azure/identity').then(
-        (identity) => new identity.DefaultAzureCredential(),
-        (cause: unknown) => {
-          throw new ConfigError('signing in without a connection string needs @azure/identity installed', {
-            cause,
-          });
-        },
-      );
-      return (await inner).getToken(...args);
+      return eventHubsSourceFromCli(spec, { logger, consumerGroup, tuning: options });
     },
-  };
-}
-
-type BlobTarget =
-  | { url: string; credential: TokenCredential }
-  | { connectionString: string; container: string };
-
-/**
- * `BlobCheckpointStore` on a container, with `@azure/storage-blob` and
- * `@azure/eventhubs-checkpointstore-blob` imported on first use (optional peer dependencies).
- */
-export function lazyBlobCheckpointStore(target: BlobTarget): CheckpointStore {
-  let store: Promise<CheckpointStore> | undefined;
-  const open = async (): Promise<CheckpointStore> => {
-    const modules = await Promise.all([
-      import('@azure/storage-blob'),
-      import('@azure/eventhubs-checkpointstore-blob'),
-    ]).catch((cause: unknown) => {
-      throw new ConfigError(
-        'a blob checkpoint store needs @azure/storage-blob and @azure/eventhubs-checkpointstore-blob installed',
-        { cause },
+  },
+  target: {
+    forms: 'azure-event-hubs:HUB (EVENTHUBS_CONNECTION_STRING)',
+    async open(spec) {
+      const { eventHubsTargetFromCli } = await importAdapterModule(
+        SDK,
+        'target',
+        () => import('./sender.js'),
       );
-    });
-    const [{ ContainerClient }, { BlobCheckpointStore }] = modules;
-    const container =
-      'url' in target
-        ? new ContainerClient(target.url, target.credential)
-        : new ContainerClient(target.connectionString, target.container);
-    return new BlobCheckpointStore(container);
-  };
-  const get = () => {
-    store ??= open().catch((error: unknown) => {
-      store = undefined; // try again on the next call
-      throw error;
-    });
-    return store;
-  };
-  return {
-    listOwnership: async (...args) => (await get()).listOwnership(...args),
-    claimOwnership: async (ownership: PartitionOwnership[]) => (await get()).claimOwnership(ownership),
-    listCheckpoints: async (...args) => (await get()).listCheckpoints(...args),
-    updateCheckpoint: async (checkpoint: Checkpoint) => (await get()).updateCheckpoint(checkpoint),
-  };
-}
+      return eventHubsTargetFromCli(spec);
+    },
+  },
+});

@@ -18,8 +18,7 @@ export {
   ENV_NAMESPACE,
   ENV_POISON_HUB,
   ENV_STORAGE_CONNECTION_STRING,
-  eventHubsSourceFromCli,
-  lazyBlobCheckpointStore,
 } from './cli.js';
+export { eventHubsSourceFromCli, lazyBlobCheckpointStore } from './environment.js';
 export { type DeadEventInfo, POISON_PROPERTIES } from './poison-hub.js';
 export { SqliteCheckpointStore, type SqliteCheckpointStoreOptions } from './sqlite-checkpoint-store.js';

@@ -4,6 +4,7 @@
  */
 
 import { redact } from '../../src/core/redact.js';
+import { HTTP_INGRESS_PREFIX } from '../../src/core/transport.js';
 
 /** An AWS SQS queue URL (commercial or China partitions, legacy `queue.amazonaws.com` hosts). */
 export const AWS_QUEUE_URL =
@@ -83,9 +84,6 @@ export function cliClientConfig(
   const localEndpoint = env.AWS_ENDPOINT_URL_SQS ?? env.AWS_ENDPOINT_URL;
   return { ...(region ? { region } : {}), ...(localEndpoint ? { useQueueUrlAsEndpoint: false } : {}) };
 }
-
-/** The explicit form of an HTTP ingress (`--source`, `--to`), for a URL that also reads as a queue. */
-export const HTTP_INGRESS_PREFIX = 'http-ingress:';
 
 /**
  * The usage error for a `queue-or-http` value: both readings, and the explicit form of each.

@@ -5,6 +5,7 @@ import { AdapterError, ConfigError } from '../../src/core/errors.js';
 import { createLogger } from '../../src/core/logger.js';
 import type { Outcome } from '../../src/core/outcome.js';
 import type { RawMessage, SourceAdapter } from '../../src/core/source-adapter.js';
+import { CLI_PREFIX } from './cli.js';
 import { decodeMessageText, ENCODING_FIXES, type EncodingHint } from './encoding.js';
 import { MessageLease } from './lease.js';
 import {
@@ -23,6 +24,7 @@ import {
   type StorageQueueSettingsInput,
 } from './settings.js';
 
+export { isStorageQueueSpec } from './cli.js';
 export { type DecodedText, decodeMessageText, type EncodingHint, type MessageEncoding } from './encoding.js';
 export { CONNECTION_STRING_ENV, type StorageQueueTarget, type TokenCredential } from './queue-address.js';
 export {
@@ -349,20 +351,6 @@ export class StorageQueueAdapter implements SourceAdapter<StorageQueueMessage> {
 
 export function createStorageQueueAdapter(options: StorageQueueAdapterOptions): StorageQueueAdapter {
   return new StorageQueueAdapter(options);
-}
-
-const CLI_PREFIX = 'azure-storage-queue:';
-
-/** Whether a `--source` value names a Storage Queue (for the CLI's choice of adapter). */
-export function isStorageQueueSpec(spec: string): boolean {
-  if (spec.startsWith(CLI_PREFIX)) return true;
-  try {
-    // Public cloud and the sovereign clouds: ACCOUNT.queue.core.windows.net, ….queue.core.chinacloudapi.cn, …
-    const url = new URL(spec);
-    return url.protocol === 'https:' && /\.queue\.core\.[a-z.]+$/i.test(url.hostname);
-  } catch {
-    return false;
-  }
 }
 
 /**

@@ -1,9 +1,8 @@
 import type { QueueClient } from '@azure/storage-queue';
 import { AdapterError, ConfigError, errorMessage } from '../../src/core/errors.js';
 import type { Delivery, OutgoingMessage, Target } from '../../src/core/target.js';
+import { CLI_PREFIX as PREFIX } from './cli.js';
 import { CONNECTION_STRING_ENV, resolveTarget, type StorageQueueTarget } from './queue-address.js';
-
-const PREFIX = 'azure-storage-queue:';
 
 /**
  * `--to azure-storage-queue:QUEUE` (connection string from `AZURE_STORAGE_CONNECTION_STRING`) or

@@ -4,6 +4,8 @@ import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { styleText } from 'node:util';
+// The demo feeds its own in-process queue, so it holds the memory source itself rather than a
+// source a spec names: not through the transport registry (no SDK either way).
 import { createMemorySource } from '../../adapters/memory/index.js';
 import { createConsumer, type SettledReport } from '../consumer/consumer.js';
 import { createTestEnvelope } from '../consumer/testing.js';

@@ -1,5 +1,6 @@
 import { isPartnerEventsError } from '../core/errors.js';
 import { redact } from '../core/redact.js';
+import { SpecError } from '../core/transport.js';
 import { UsageError, writeLine } from './common.js';
 import { DEMO_USAGE, demoCommand } from './demo.js';
 import { REPLAY_USAGE, replayCommand } from './replay.js';
@@ -44,7 +45,7 @@ async function main(argv: string[]): Promise<number> {
   try {
     return await command.run(args);
   } catch (error) {
-    if (error instanceof UsageError) {
+    if (error instanceof UsageError || error instanceof SpecError) {
       process.stderr.write(
         `partner-events ${name}: ${terminalSafeLines(error.message)}\n\n${command.usage}\n`,
       );

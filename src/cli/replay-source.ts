@@ -1,3 +1,5 @@
+// Replay reads the kit's own JSONL files (dead-letter records, envelopes): the file adapter is that
+// reader, whatever `--to` names, so it is used directly, not through the transport registry.
 import { createFileSource, type FileMessage, type FileSource } from '../../adapters/file/index.js';
 import type { Outcome } from '../core/outcome.js';
 import type { SourceAdapter } from '../core/source-adapter.js';

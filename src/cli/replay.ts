@@ -1,5 +1,6 @@
 import { accessSync, constants, statSync } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
+// The messages of the replayed file (see replay-source.ts: the file adapter reads it directly).
 import type { FileMessage } from '../../adapters/file/index.js';
 import { createConsumer, type SettledReport } from '../consumer/consumer.js';
 import { createJsonlDeadLetters } from '../consumer/dead-letter-sink.js';
@@ -14,12 +15,13 @@ import {
   VerificationError,
 } from '../core/errors.js';
 import { validateEvent } from '../core/events/validate.js';
+import { hasCredentials } from '../core/http-answer.js';
 import { createLogger } from '../core/logger.js';
-import { redact } from '../core/redact.js';
 import type { Keyring } from '../core/secrets.js';
 import { verifyMessage } from '../core/verify.js';
 import type { DedupeStore } from '../dedupe/types.js';
-import { createForwarder, describeUrl, forwardUrlProblem, hasCredentials } from '../sidecar/forward.js';
+import { createForwarder, describeUrl, forwardUrlProblem } from '../sidecar/forward.js';
+import { describeSpec } from '../transports.js';
 import {
   DEFAULT_DEDUPE,
   loadKeyring,
@@ -349,7 +351,11 @@ async function dryRun(options: ReplayArgs, keyring: Keyring, dedupe: DedupeStore
   const signal = new AbortController().signal;
   const injecting = options.to !== undefined;
   // Printed on every line and in the summary: never the raw value (a SAS URL's sig=, userinfo).
-  const target = options.to ? redact(options.to) : options.forward ? describeUrl(options.forward) : null;
+  const target = options.to
+    ? describeSpec(options.to, 'target')
+    : options.forward
+      ? describeUrl(options.forward)
+      : null;
   const send = injecting ? 'inject' : 'forward';
   const counts = {
     total: 0,

@@ -1,5 +1,5 @@
 import type { DeadLetterRecord } from '../core/dead-letter-record.js';
-import { appendLine } from './durable-append.js';
+import { appendLine } from '../core/durable-append.js';
 
 export interface DeadLetterSink {
   /** Resolves once the record is durable; the message is acked only after that. */

@@ -1,13 +1,25 @@
 import { readFileSync } from 'node:fs';
 import { parseDocument } from 'yaml';
 import { z } from 'zod';
-import { eventHubsTuningSchema } from '../../adapters/event-hubs/tuning.js';
-import { httpIngressTuningSchema } from '../../adapters/http/options.js';
-import { sqsTuningSchema } from '../../adapters/sqs/options.js';
-import { storageQueueTuningSchema } from '../../adapters/storage-queue/settings.js';
 import { consumerSettingsSchema } from '../consumer/settings.js';
 import { ConfigError } from '../core/errors.js';
-import { FORWARD_URL_CREDENTIALS, hasCredentials } from './forward.js';
+import { hasCredentials } from '../core/http-answer.js';
+import type { TransportDescriptor } from '../core/transport.js';
+import { TRANSPORTS, type Transport } from '../transports.js';
+import { FORWARD_URL_CREDENTIALS } from './forward.js';
+
+/** A section per transport with options, keyed as its descriptor says (`sqs: { batchSize… }`). */
+type OptionsSections<T extends Transport> = {
+  [D in T as NonNullable<D['options']>['key']]: z.ZodPrefault<NonNullable<D['options']>['schema']>;
+};
+
+function optionsSections<const T extends readonly Transport[]>(transports: T): OptionsSections<T[number]> {
+  const sections: Record<string, z.ZodType> = {};
+  for (const transport of transports as readonly TransportDescriptor[]) {
+    if (transport.options) sections[transport.options.key] = transport.options.schema.prefault({});
+  }
+  return sections as OptionsSections<T[number]>;
+}
 
 const forwardSchema = z.strictObject({
   /** The app's endpoint; each verified body is POSTed here. */
@@ -41,14 +53,8 @@ export const sidecarConfigSchema = consumerSettingsSchema
     tenant: z.string().min(1).default('default'),
     /** Event Hubs consumer group. */
     consumerGroup: z.string().min(1).default('$Default'),
-    /** SQS adapter options (docs/adapters/sqs.md), for an SQS source. */
-    sqs: sqsTuningSchema.prefault({}),
-    /** Storage Queue adapter options (docs/adapters/storage-queue.md), for a Storage Queue source. */
-    storageQueue: storageQueueTuningSchema.strict().prefault({}),
-    /** Event Hubs adapter options (docs/adapters/event-hubs.md), for an Event Hubs source. */
-    eventHubs: eventHubsTuningSchema.prefault({}),
-    /** HTTP ingress options (docs/sidecar.md#http-ingress), for an `http://` source. */
-    http: httpIngressTuningSchema.prefault({}),
+    /** Each transport's options, for a source of that transport: `sqs`, `storageQueue`, `eventHubs`, `http`. */
+    ...optionsSections(TRANSPORTS),
     ops: z
       .strictObject({
         /** Port of /healthz, /readyz and /metrics; 0 picks a free one, -1 turns them off. */

@@ -1,5 +1,6 @@
 import type { HandlerContext } from '../consumer/router.js';
 import { ConfigError, ForwardError, RetryLaterError } from '../core/errors.js';
+import { classifyAnswer, hasCredentials, redirectReason } from '../core/http-answer.js';
 import { redactUrl } from '../core/redact.js';
 
 export interface ForwardOptions {
@@ -20,24 +21,12 @@ export function describeUrl(url: string): string {
 export const FORWARD_URL_CREDENTIALS =
   'must not contain a user name or password (user:password@), which fetch refuses: send them in an Authorization header with forward.headers instead';
 
-/** Whether a URL carries `user:password@` (or just `user@`): fetch refuses it on every request. */
-export function hasCredentials(url: string): boolean {
-  try {
-    const parsed = new URL(url);
-    return parsed.username !== '' || parsed.password !== '';
-  } catch {
-    return false;
-  }
-}
-
 /** Why a forward URL can never work, or undefined. Never repeats the URL (it may hold a password). */
 export function forwardUrlProblem(url: string): string | undefined {
   if (!URL.canParse(url)) return 'is not a URL';
   if (!/^https?:$/.test(new URL(url).protocol)) return 'must be an http: or https: URL';
   return hasCredentials(url) ? FORWARD_URL_CREDENTIALS : undefined;
 }
-
-const MAX_RETRY_AFTER_MS = 15 * 60_000;
 
 /**
  * An id from the signed body as a header value: always `encodeURIComponent` of its UTF-8, so any
@@ -48,42 +37,6 @@ const MAX_RETRY_AFTER_MS = 15 * 60_000;
  */
 export function encodeHeaderValue(value: string): string {
   return encodeURIComponent(value.toWellFormed());
-}
-
-/**
- * What an HTTP answer to a hand-off means. Only a 2xx from the URL asked for delivers: a 3xx is
- * never followed (a 302 would turn the POST into a GET to a login page whose 200 is not the app's;
- * a 307 would re-send the body and the headers to wherever it points), so it fails the attempt.
- */
-export type HttpAnswer =
-  | { readonly kind: 'delivered' }
-  | { readonly kind: 'redirected'; readonly status: number; readonly location: string }
-  | { readonly kind: 'failed'; readonly status: number; readonly retryAfterMs: number | undefined };
-
-/** Classifies an answer to a request sent with `redirect: 'manual'` to `url`. */
-export function classifyAnswer(status: number, headers: Headers, url: string | URL): HttpAnswer {
-  if (status >= 200 && status < 300) return { kind: 'delivered' };
-  if (status >= 300 && status < 400) {
-    return { kind: 'redirected', status, location: describeLocation(headers.get('location'), url) };
-  }
-  const retryAfter =
-    status === 429 || status === 503 ? parseRetryAfter(headers.get('retry-after')) : undefined;
-  return { kind: 'failed', status, retryAfterMs: retryAfter };
-}
-
-/** The `Location` of a redirect, for logs: resolved against the request, origin and path only. */
-function describeLocation(location: string | null, base: string | URL): string {
-  if (!location) return '(no Location)';
-  try {
-    return describeUrl(new URL(location, base).href);
-  } catch {
-    return '(invalid Location)';
-  }
-}
-
-/** The reason a redirect failed an attempt, e.g. `answered HTTP 302, redirect to http://app/login (not followed)`. */
-export function redirectReason(answer: { status: number; location: string }): string {
-  return `answered HTTP ${answer.status}, redirect to ${answer.location} (not followed)`;
 }
 
 /**
@@ -137,13 +90,4 @@ export function createForwarder(
       throw new RetryLaterError(message, { delayMs: answer.retryAfterMs });
     throw new Error(message);
   };
-}
-
-function parseRetryAfter(value: string | null): number | undefined {
-  if (!value) return undefined;
-  const seconds = Number(value);
-  if (Number.isFinite(seconds) && seconds >= 0) return Math.min(seconds * 1000, MAX_RETRY_AFTER_MS);
-  const date = Date.parse(value);
-  if (Number.isNaN(date)) return undefined;
-  return Math.min(Math.max(0, date - Date.now()), MAX_RETRY_AFTER_MS);
 }

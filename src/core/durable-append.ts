@@ -1,8 +1,8 @@
 import { constants } from 'node:fs';
 import { type FileHandle, mkdir, open } from 'node:fs/promises';
 import { dirname } from 'node:path';
-import { AdapterError, errorMessage } from '../core/errors.js';
-import { PRIVATE_FILE_MODE } from '../core/private-file.js';
+import { AdapterError, errorMessage } from './errors.js';
+import { PRIVATE_FILE_MODE } from './private-file.js';
 
 const NEWLINE = 0x0a;
 const TERMINATOR = Buffer.from([NEWLINE]);

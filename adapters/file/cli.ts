@@ -1,0 +1,31 @@
+import { existsSync } from 'node:fs';
+import { redact } from '../../src/core/redact.js';
+import { defineTransport, SpecError } from '../../src/core/transport.js';
+
+const PREFIX = 'file:';
+
+/** `file:PATH`: a JSONL file of envelopes (or dead-letter records) to read, or to append to. */
+export const fileTransport = defineTransport({
+  name: 'file',
+  names: (spec) => spec.startsWith(PREFIX),
+  describe: redact,
+  source: {
+    forms: 'file:PATH',
+    async open(spec) {
+      const path = spec.slice(PREFIX.length);
+      if (!path) throw new SpecError('--source file: needs a path');
+      if (!existsSync(path)) throw new SpecError(`--source ${spec}: no such file`);
+      const { createFileSource } = await import('./index.js');
+      return createFileSource({ path });
+    },
+  },
+  target: {
+    forms: 'file:PATH (appends one JSONL line)',
+    async open(spec) {
+      const path = spec.slice(PREFIX.length);
+      if (!path) throw new SpecError('--to file: needs a path');
+      const { fileTarget } = await import('./sender.js');
+      return fileTarget(path);
+    },
+  },
+});

@@ -1,0 +1,52 @@
+import { redact } from '../../src/core/redact.js';
+import { defineTransport, importAdapterModule } from '../../src/core/transport.js';
+import { storageQueueTuningSchema } from './settings.js';
+
+const SDK = '@azure/storage-queue';
+export const CLI_PREFIX = 'azure-storage-queue:';
+
+/** Whether a `--source` / `--to` value names a Storage Queue (for the CLI's choice of transport). */
+export function isStorageQueueSpec(spec: string): boolean {
+  if (spec.startsWith(CLI_PREFIX)) return true;
+  try {
+    // Public cloud and the sovereign clouds: ACCOUNT.queue.core.windows.net, ….queue.core.chinacloudapi.cn, …
+    const url = new URL(spec);
+    return url.protocol === 'https:' && /\.queue\.core\.[a-z.]+$/i.test(url.hostname);
+  } catch {
+    return false;
+  }
+}
+
+const FORMS =
+  'azure-storage-queue:QUEUE (AZURE_STORAGE_CONNECTION_STRING) or https://ACCOUNT.queue.core.windows.net/QUEUE[?SAS]';
+
+/** Azure Storage Queue: `azure-storage-queue:QUEUE` or a queue URL on a `*.queue.core.*` host. */
+export const storageQueueTransport = defineTransport({
+  name: 'storage-queue',
+  sdk: SDK,
+  options: { key: 'storageQueue', schema: storageQueueTuningSchema.strict() },
+  names: isStorageQueueSpec,
+  describe: redact,
+  source: {
+    forms: FORMS,
+    async open(spec, { logger, options }) {
+      const { storageQueueSourceFromCli } = await importAdapterModule(
+        SDK,
+        'source',
+        () => import('./index.js'),
+      );
+      return storageQueueSourceFromCli(spec, { logger, tuning: options });
+    },
+  },
+  target: {
+    forms: FORMS,
+    async open(spec) {
+      const { storageQueueTargetFromCli } = await importAdapterModule(
+        SDK,
+        'target',
+        () => import('./sender.js'),
+      );
+      return storageQueueTargetFromCli(spec);
+    },
+  },
+});
