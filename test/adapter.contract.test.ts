@@ -70,11 +70,12 @@ adapterContract('file', {
   },
 });
 
-/** One POST as a sender made it: its answer's status once it came (0: no answer, the connection failed). */
+/** One POST as a sender made it, and its answer once it came (status 0: the connection failed). */
 interface Sent {
   readonly body: Buffer;
-  readonly answer: Promise<number>;
+  readonly answer: Promise<void>;
   status?: number;
+  retryAfter?: string | null;
 }
 
 /** The statuses after which a sender is done with a message: 200 acked, 413/422 rejected. */
@@ -94,17 +95,17 @@ adapterContract('HTTP ingress', {
     const waiting: Buffer[] = [];
     const sent: Sent[] = [];
     const post = (url: string, body: Buffer) => {
-      const answer = fetch(url, { method: 'POST', body }).then(
+      const request: { -readonly [K in keyof Sent]: Sent[K] } = { body, answer: Promise.resolve() };
+      request.answer = fetch(url, { method: 'POST', body }).then(
         async (response) => {
           await response.arrayBuffer();
-          return response.status;
+          request.retryAfter = response.headers.get('retry-after');
+          request.status = response.status;
         },
-        () => 0,
+        () => {
+          request.status = 0;
+        },
       );
-      const request: Sent = { body, answer };
-      void answer.then((status) => {
-        request.status = status;
-      });
       sent.push(request);
     };
     return {
@@ -125,6 +126,10 @@ adapterContract('HTTP ingress', {
       },
       async answered(body) {
         await Promise.all(sent.filter((r) => r.body.equals(body)).map((r) => r.answer));
+      },
+      async retryAfterMs(body) {
+        const answered = sent.filter((r) => r.body.equals(body) && r.status !== undefined).at(-1);
+        return Number(answered?.retryAfter ?? Number.NaN) * 1000;
       },
       async cleanup() {
         for (const ingress of ingresses) await ingress.close();
