@@ -23,7 +23,6 @@ import { createLogger, silentLogger } from '../src/core/logger.js';
 import { Keyring } from '../src/core/secrets.js';
 import { verifyMessage } from '../src/core/verify.js';
 import { createSqliteDedupe } from '../src/dedupe/sqlite.js';
-import { readiness } from '../src/sidecar/readiness.js';
 import { Azurite } from './support/azurite.js';
 import { EventHubsBroker } from './support/event-hubs-broker.js';
 import type { EventHubsTestServer, TestHub } from './support/event-hubs-server.js';
@@ -354,38 +353,6 @@ describe('Event Hubs adapter against the real SDK', () => {
     await two.stop();
     expect(await checkpoints(two.adapter)).toEqual({ 0: 1, 1: 1 });
   });
-
-  it.skipIf(SERVER === 'emulator')(
-    'reports not connected (readiness) while the broker is gone, and connected once it is back',
-    async () => {
-      const own = await EventHubsBroker.start({ hub: 'own', partitions: 1 });
-      const worker = await startWorker(() => {}, {
-        connectionString: own.connectionString(),
-        // Retries that outlast the outage: the SDK reconnects by itself. (Once its retries are
-        // spent it stops reading the partition until its ownership record expires, 60 s.)
-        clientOptions: { retryOptions: { maxRetries: 1000, retryDelayInMs: 100, maxRetryDelayInMs: 100 } },
-      });
-      try {
-        own.publish('0', createTestEnvelope('daily.data.steps.created').raw);
-        await vi.waitFor(() => expect(handledIds(worker.reports)).toHaveLength(1), WAIT);
-        expect(worker.adapter.connected).toBe(true);
-
-        await own.crash();
-        await vi.waitFor(() => expect(worker.adapter.connected).toBe(false), WAIT);
-        const readyz = readiness(worker.consumer, worker.adapter, 120_000);
-        expect(readyz.ready).toBe(false);
-        expect(readyz.checks.source.ok).toBe(false);
-
-        await own.resume();
-        await vi.waitFor(() => expect(worker.adapter.connected).toBe(true), WAIT);
-        own.publish('0', createTestEnvelope('daily.data.steps.created').raw);
-        await vi.waitFor(() => expect(handledIds(worker.reports)).toHaveLength(2), WAIT);
-      } finally {
-        await worker.stop();
-        await own.stop();
-      }
-    },
-  );
 
   it('on stop finishes in-flight events and checkpoints only what was settled', async () => {
     const [a, b] = [await publish('0'), await publish('0')];
