@@ -13,12 +13,15 @@ export interface CliResult {
   stderr: string;
 }
 
-/** Spawns the CLI the way a user would (`partner-events ...`), from the source via tsx. */
+/**
+ * Spawns the CLI the way a user would (`partner-events ...`), from the source via tsx. `main`:
+ * the CLI of another copy of the tree (default this one's).
+ */
 export function startCli(
   args: string[],
-  options: { env?: NodeJS.ProcessEnv; input?: string; cwd?: string } = {},
+  options: { env?: NodeJS.ProcessEnv; input?: string; cwd?: string; main?: string } = {},
 ) {
-  const child = spawn(process.execPath, ['--import', 'tsx', MAIN, ...args], {
+  const child = spawn(process.execPath, ['--import', 'tsx', options.main ?? MAIN, ...args], {
     cwd: options.cwd ?? ROOT,
     env: {
       ...process.env,
@@ -46,7 +49,7 @@ export function startCli(
 
 export function runCli(
   args: string[],
-  options: { env?: NodeJS.ProcessEnv; input?: string; cwd?: string } = {},
+  options: { env?: NodeJS.ProcessEnv; input?: string; cwd?: string; main?: string } = {},
 ) {
   return startCli(args, options).done;
 }
