@@ -867,6 +867,54 @@ describe('consumer: dead letters, settling, shutdown', () => {
     await consumer.stop();
   });
 
+  it('heartbeats every in-flight message with one timer, never overlapping the beats of one message', async () => {
+    const timers = () => process.getActiveResourcesInfo().filter((r) => r === 'Timeout').length;
+    const before = timers();
+    const active = new Map<string, number>();
+    const beaten = new Map<string, number>();
+    let overlapped = false;
+    const source = createMemorySource({ endWhenEmpty: true });
+    const heartbeating = Object.assign(source, {
+      heartbeatIntervalMs: 20,
+      async heartbeat(message: MemoryMessage) {
+        const now = (active.get(message.id) ?? 0) + 1;
+        if (now > 1) overlapped = true;
+        active.set(message.id, now);
+        await new Promise((r) => setImmediate(r));
+        active.set(message.id, now - 1);
+        beaten.set(message.id, (beaten.get(message.id) ?? 0) + 1);
+      },
+    });
+    const consumer = createConsumer({
+      source: heartbeating,
+      secrets: [{ id: 'current', secret: TEST_SIGNING_SECRET }],
+      dedupe: createMemoryDedupe(),
+      logger: silentLogger(),
+      concurrency: 50,
+    });
+    let release!: () => void;
+    const released = new Promise<void>((resolve) => (release = resolve));
+    consumer.on('*', () => released);
+    for (let i = 0; i < 50; i++) source.send(createTestEnvelope('daily.data.steps.created').raw);
+    await consumer.start();
+    // Every one of the 50 messages beaten at least twice while its handler waits.
+    await vi.waitFor(
+      () => {
+        expect(beaten.size).toBe(50);
+        expect(Math.min(...beaten.values())).toBeGreaterThanOrEqual(2);
+      },
+      { timeout: 10_000 },
+    );
+    // One heartbeat timer for all 50 (a timer chain per message would show ~50 here).
+    expect(timers() - before).toBeLessThanOrEqual(2);
+    release();
+    await consumer.stopped;
+    expect(source.settled.map((s) => s.outcome.kind)).toEqual(Array(50).fill('ack'));
+    expect(overlapped).toBe(false);
+    // The timer stops with the last message.
+    expect(timers()).toBeLessThanOrEqual(before);
+  });
+
   it('process() serves consumers that run their own receive loop', async () => {
     h = harness();
     const handler = vi.fn();

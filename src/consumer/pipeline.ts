@@ -2,23 +2,13 @@ import type { Logger } from 'pino';
 import { errorMessage, VerificationError } from '../core/errors.js';
 import { isKnownEventType, type UnknownEvent } from '../core/events/schemas.js';
 import { validateEvent } from '../core/events/validate.js';
-import {
-  type AbortCause,
-  type Decision,
-  decide,
-  type Facts,
-  isAbortCause,
-  type Outcome,
-  type RetryPolicy,
-} from '../core/outcome.js';
+import { type Decision, decide, type Facts, type Outcome, type RetryPolicy } from '../core/outcome.js';
 import { redact } from '../core/redact.js';
 import type { Keyring } from '../core/secrets.js';
 import type { RawMessage } from '../core/source-adapter.js';
 import { type VerifiedMessage, verifyMessage } from '../core/verify.js';
 import type { ClaimResult, DedupeStore } from '../dedupe/types.js';
-import { handlerContext } from './handler-context.js';
-import { HandlerRun } from './handler-run.js';
-import { LeaseKeeper } from './lease-keeper.js';
+import { HandlerRunner } from './handler-runner.js';
 import type { Handler, Router } from './router.js';
 import { DEFAULT_MAX_ABANDONED_CLAIMS } from './settings.js';
 
@@ -68,7 +58,6 @@ export interface ProcessResult {
   readonly store: StoreContact;
 }
 
-const HANDLED: Facts = { kind: 'handled' };
 const DUPLICATE: Facts = { kind: 'duplicate' };
 
 /**
@@ -82,18 +71,13 @@ export class Pipeline {
   readonly #settings: PipelineSettings;
   readonly #deps: PipelineDeps;
   readonly #now: () => number;
-  readonly #keeper: LeaseKeeper;
-  #aborted = false;
+  readonly #handlers: HandlerRunner;
 
   constructor(settings: PipelineSettings, deps: PipelineDeps) {
     this.#settings = settings;
     this.#deps = deps;
     this.#now = deps.now ?? Date.now;
-    this.#keeper = new LeaseKeeper({
-      leaseMs: settings.leaseMs,
-      handlerTimeoutMs: settings.handlerTimeoutMs,
-      extend: (run) => deps.dedupe.extend(run.eventId, run.token, settings.leaseMs),
-    });
+    this.#handlers = new HandlerRunner(settings, deps.dedupe, deps.logger);
   }
 
   async process(message: RawMessage, signal?: AbortSignal): Promise<ProcessResult> {
@@ -118,8 +102,9 @@ export class Pipeline {
     } catch (error) {
       return this.#result(message, started, { kind: 'store-unavailable', error }, 'unavailable', verified);
     }
-    if (claim.status !== 'claimed')
+    if (claim.status !== 'claimed') {
       return this.#result(message, started, notClaimed(claim), 'answered', verified);
+    }
     const { token } = claim;
     let facts = this.#abandoned(verified, claim.abandoned ?? 0);
     let handlerMs: number | undefined;
@@ -127,7 +112,7 @@ export class Pipeline {
       const validation = validateEvent(verified.eventType, verified.payload);
       if (validation.ok) {
         const handlersStarted = performance.now();
-        facts = await this.#runHandlers(handlers, validation.event, verified, message, token, signal);
+        facts = await this.#handlers.run(handlers, validation.event, verified, message, token, signal);
         handlerMs = performance.now() - handlersStarted;
       } else {
         facts = { kind: 'schema-invalid', reason: validation.reason };
@@ -149,8 +134,7 @@ export class Pipeline {
 
   /** Aborts every running handler (the consumer's shutdown deadline passed). */
   abortAll(): void {
-    this.#aborted = true;
-    this.#keeper.abortAll('shutdown');
+    this.#handlers.abortAll();
   }
 
   #verify(message: RawMessage): VerifiedMessage {
@@ -217,47 +201,6 @@ export class Pipeline {
     );
     // Handling this event keeps killing (or hanging) the worker: stop feeding it to it.
     return limit > 0 && abandoned >= limit ? { kind: 'abandoned', times: abandoned } : undefined;
-  }
-
-  async #runHandlers(
-    handlers: readonly Handler<never>[],
-    event: unknown,
-    verified: VerifiedMessage,
-    message: RawMessage,
-    token: string,
-    external: AbortSignal | undefined,
-  ): Promise<Facts> {
-    if (this.#aborted || external?.aborted) return { kind: 'handler-aborted', cause: causeOf(external) };
-    const s = this.#settings;
-    const run = new HandlerRun(verified.eventId, token, {
-      now: Date.now(),
-      timeoutMs: s.handlerTimeoutMs,
-      leaseMs: s.leaseMs,
-    });
-    const onExternal = () => run.abort(causeOf(external));
-    external?.addEventListener('abort', onExternal, { once: true });
-    this.#keeper.start(run);
-    const context = handlerContext(verified, message, run, this.#deps.logger);
-    try {
-      for (const handler of handlers) {
-        const result = handler(event as never, context);
-        if (isPromiseLike(result)) {
-          await run.wait(result);
-          // Timed out or lease lost while the handler's promise was pending: it may still be
-          // running. (At a shutdown the process is about to end: the claim is released at once.)
-          const cause = run.abortCause;
-          if (cause && cause !== 'shutdown') return { kind: 'handler-aborted', cause, running: result };
-        }
-        if (run.abortCause) return { kind: 'handler-aborted', cause: run.abortCause };
-      }
-      return HANDLED;
-    } catch (error) {
-      const cause = run.abortCause;
-      return cause ? { kind: 'handler-aborted', cause } : { kind: 'handler-threw', error };
-    } finally {
-      this.#keeper.finish(run);
-      external?.removeEventListener('abort', onExternal);
-    }
   }
 
   #takenOver(verified: VerifiedMessage): void {
@@ -335,16 +278,6 @@ export class Pipeline {
 /** What the store's answer says when it is not a plain "claimed". */
 function notClaimed(claim: Exclude<ClaimResult, { status: 'claimed' }>): Facts {
   return claim.status === 'duplicate' ? DUPLICATE : { kind: 'in-progress', retryAfterMs: claim.retryAfterMs };
-}
-
-function isPromiseLike(value: unknown): value is PromiseLike<unknown> {
-  return typeof (value as PromiseLike<unknown> | null)?.then === 'function';
-}
-
-/** Why an external signal aborted: the typed cause it carries, a shutdown otherwise. */
-function causeOf(external: AbortSignal | undefined): AbortCause {
-  const reason: unknown = external?.reason;
-  return isAbortCause(reason) ? reason : 'shutdown';
 }
 
 export type { UnknownEvent };
