@@ -16,6 +16,8 @@ export default defineConfig([
       '@azure/storage-blob',
     ],
     format: ['esm', 'cjs'],
+    // import.meta.url in the CommonJS build (src/sqlite-driver.ts loads better-sqlite3 with createRequire).
+    shims: true,
     dts: true,
     clean: true,
     sourcemap: true,

@@ -1,6 +1,8 @@
 import { execFileSync, spawnSync } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { randomUUID } from 'node:crypto';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { createRequire } from 'node:module';
+import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { beforeAll, describe, expect, it } from 'vitest';
@@ -39,6 +41,20 @@ describe('the built package', () => {
     // Errors from one copy are recognised by the other (the brand is a registry symbol).
     expect(esm.isPartnerEventsError(new cjs.ConfigError('x'))).toBe(true);
     expect(cjs.isPartnerEventsError(new esm.VerificationError('SIGNATURE_MISMATCH', 'x'))).toBe(true);
+  });
+
+  it('opens a SQLite dedupe store from both formats (the driver is loaded for the running Node)', async () => {
+    const require = createRequire(import.meta.url);
+    const dir = mkdtempSync(join(tmpdir(), 'phe-package-'));
+    try {
+      for (const kit of [require(dist('index.cjs')), await import(pathToFileURL(dist('index.js')).href)]) {
+        const store = kit.createSqliteDedupe({ path: join(dir, `${randomUUID()}.db`) });
+        expect((await store.claim('evt-1', 1000)).status).toBe('claimed');
+        await store.close();
+      }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   it('exposes ./testing, ./memory and ./file entry points in both formats', async () => {

@@ -1,8 +1,8 @@
 import { randomUUID } from 'node:crypto';
 import type { Checkpoint, CheckpointStore, PartitionOwnership } from '@azure/event-hubs';
-import Database from 'better-sqlite3';
 import { AdapterError } from '../../src/core/errors.js';
 import { createPrivateFile } from '../../src/core/private-file.js';
+import Database from '../../src/core/sqlite-driver.js';
 
 export interface SqliteCheckpointStoreOptions {
   /** Database file; created 0600 with its folder when missing. */

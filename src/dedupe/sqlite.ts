@@ -1,6 +1,6 @@
-import Database from 'better-sqlite3';
 import { DedupeUnavailableError } from '../core/errors.js';
 import { createPrivateFile } from '../core/private-file.js';
+import Database from '../core/sqlite-driver.js';
 import { ABANDONED_CLAIM_MEMORY_MS, type ClaimResult, type DedupeState, type DedupeStore } from './types.js';
 
 export interface SqliteDedupeOptions {
