@@ -107,9 +107,9 @@ export class WorkerProcess {
 
   static async start(
     config: SidecarConfig,
-    options: { secret: string; logPath: string; env?: NodeJS.ProcessEnv },
+    options: { secret: string; logPath: string; env?: NodeJS.ProcessEnv; nodeArgs?: readonly string[] },
   ): Promise<WorkerProcess> {
-    const args = await workerCommand();
+    const args = [...(options.nodeArgs ?? []), ...(await workerCommand())];
     const log = openSync(options.logPath, 'a');
     try {
       const child = spawn(process.execPath, args, {

@@ -7,6 +7,8 @@
  * go to stdout, which the parent sends to a file it later searches for the secret.
  *
  * SIGTERM stops it gracefully (drain, close) and it exits 0 after writing its final stats line.
+ * Started with --expose-gc, it also writes what it really holds (memory after a full GC): a
+ * `baseline` line before the consumer starts, and a `live` line on each SIGUSR2.
  */
 import { appendFileSync, openSync, writeSync } from 'node:fs';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -43,7 +45,10 @@ export interface SidecarConfig {
   /** Added to the consumer's clock (overload: the worker starts 10 minutes after the backlog). */
   readonly clockOffsetMs?: number;
   readonly retry: { readonly maxAttempts: number; readonly baseDelayMs: number; readonly maxDelayMs: number };
-  /** JSONL of `{t, handled, rss, heap}` every `statsIntervalMs`, and a final line with `max_rss`. */
+  /**
+   * JSONL of `{t, handled, rss, heap}` every `statsIntervalMs`, and a final line with `max_rss`;
+   * with --expose-gc, `{mark: 'baseline' | 'live', live_heap, live_external, rss}` lines too.
+   */
   readonly statsPath?: string;
   readonly statsIntervalMs?: number;
   readonly seed: number;
@@ -122,7 +127,7 @@ consumer.on('*', async (event) => {
 });
 
 const stats = config.statsPath;
-const sample = (extra: Record<string, number> = {}) => {
+const sample = (extra: Record<string, number | string> = {}) => {
   if (!stats) return;
   const m = process.memoryUsage();
   const s = consumer.status;
@@ -145,7 +150,23 @@ const sample = (extra: Record<string, number> = {}) => {
 const timer = stats ? setInterval(sample, config.statsIntervalMs ?? 1000) : undefined;
 timer?.unref();
 
+/**
+ * Memory after full GCs: what the process holds, without garbage not yet collected. Twice: V8
+ * frees ArrayBuffer memory (Buffers) concurrently after a GC, and the next GC completes that.
+ */
+const gc = (globalThis as { gc?: () => void }).gc;
+const sampleLive = async (mark: 'baseline' | 'live') => {
+  if (!gc) return;
+  gc();
+  await new Promise((resolve) => setImmediate(resolve)); // finalizers and weak callbacks run
+  gc();
+  const m = process.memoryUsage();
+  sample({ mark, live_heap: m.heapUsed, live_external: m.external });
+};
+process.on('SIGUSR2', () => void sampleLive('live'));
+
 process.once('SIGTERM', () => void consumer.stop());
+await sampleLive('baseline'); // modules loaded, source and store open, nothing received yet
 await consumer.start();
 sample();
 await consumer.stopped;
