@@ -1,25 +1,25 @@
 # The sidecar image: `partner-events run`, configured by a file and PARTNER_EVENTS_* variables.
 # Build: docker build -t partner-health-events .   (not built in this repository's CI: no Docker engine there)
-FROM node:20-slim AS build
+# Node: the active LTS, the version CI runs the suite on besides 20 (docs/deployment.md: how to bump it).
+FROM node:24-slim AS build
 WORKDIR /app
-RUN apt-get update && apt-get install -y --no-install-recommends python3 make g++ \
-  && rm -rf /var/lib/apt/lists/*
 COPY package.json package-lock.json ./
 # Scripts run later: `prepare` builds from sources that are not copied yet. (`npm install` when a
 # registry mirror left other platforms' optional binaries out of the lock and `npm ci` refuses it.)
-RUN (npm ci --no-audit --no-fund --ignore-scripts || npm install --no-audit --no-fund --ignore-scripts) \
-  && npm rebuild better-sqlite3
+# Nothing is compiled: better-sqlite3 13, which the kit loads on Node >= 22, ships prebuilt binaries;
+# better-sqlite3 12, an optional dependency for Node 20 only, is not built here nor installed below.
+RUN npm ci --no-audit --no-fund --ignore-scripts || npm install --no-audit --no-fund --ignore-scripts
 COPY . .
 # Build, then install the runtime set afresh: the production dependencies plus the optional peers
 # every source and the Redis store need (they are dev-only in this repository's package.json).
 RUN npm run build \
   && npm pkg delete devDependencies peerDependencies peerDependenciesMeta scripts.prepare scripts.pretest \
   && rm -rf node_modules \
-  && npm install --omit=dev --no-audit --no-fund \
+  && npm install --omit=dev --omit=optional --no-audit --no-fund \
      ioredis@^6 @aws-sdk/client-sqs@^3 @azure/storage-queue@~12.30.0 @azure/identity@~4.12.0 \
      @azure/event-hubs@6.0.0 @azure/eventhubs-checkpointstore-blob@2.0.0 @azure/storage-blob@~12.30.0
 
-FROM node:20-slim
+FROM node:24-slim
 ENV NODE_ENV=production
 WORKDIR /app
 COPY --from=build /app/package.json ./
