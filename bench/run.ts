@@ -10,7 +10,7 @@
  *
  *   npm run bench                       full run (~1 minute on 2 cores)
  *   npm run bench -- --quick            smoke test (a few seconds)
- *   npm run bench -- --only verify      one section (verify | pipeline | dedupe)
+ *   npm run bench -- --only verify      some sections, comma-separated (verify, pipeline, dedupe)
  *   npm run bench -- --sizes 300B,2KB   some sizes
  */
 import { fork } from 'node:child_process';
@@ -32,9 +32,15 @@ const { values } = parseArgs({
 });
 const quick = values.quick;
 const sizes = values.sizes ? values.sizes.split(',').map((s) => sizeByLabel(s.trim()).label) : undefined;
-const runVerify = values.only === undefined || values.only === 'verify';
-const runPipeline = values.only === undefined || values.only === 'pipeline';
-const runDedupe = values.only === undefined || values.only === 'dedupe';
+const SECTIONS = ['verify', 'pipeline', 'dedupe'];
+const only = values.only?.split(',').map((s) => s.trim());
+const unknownSection = only?.find((s) => !SECTIONS.includes(s));
+if (unknownSection !== undefined) {
+  throw new Error(`--only: unknown section '${unknownSection}' (sections: ${SECTIONS.join(', ')})`);
+}
+const runVerify = only === undefined || only.includes('verify');
+const runPipeline = only === undefined || only.includes('pipeline');
+const runDedupe = only === undefined || only.includes('dedupe');
 
 const VERIFY_GOAL = 1; // ours at least as fast as Stripe's
 const PIPELINE_GOAL = 0.5; // pipeline at least half the floor
