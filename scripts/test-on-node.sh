@@ -34,7 +34,7 @@ case "$(uname -m)" in
 esac
 
 # Node itself: `npm pack` resolves the version (24 → the newest 24.x) and fetches the tarball.
-cache="${PHE_NODE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/partner-health-events}"
+cache="${PHE_NODE_CACHE:-${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/partner-health-events}"
 mkdir -p "$cache"
 tarball="$(cd "$cache" && npm pack --silent "node-$os-$cpu@$version" | tail -n 1)"
 if [ -z "$tarball" ] || [ ! -f "$cache/$tarball" ]; then
