@@ -3,7 +3,7 @@
  * burst in a process of its own, so a native abort shows as the child's exit, not as a crashed
  * test runner. On Node 24.19+ better-sqlite3 12's statements abort the process when V8 collects
  * them outside a Node context (`RemoveEnvironmentCleanupHook ... (env) != nullptr`); the kit loads
- * better-sqlite3 13 there (src/sqlite-driver.ts).
+ * better-sqlite3 13 there (src/core/sqlite-driver.ts).
  */
 import { spawn } from 'node:child_process';
 import { join } from 'node:path';
