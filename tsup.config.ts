@@ -16,7 +16,7 @@ export default defineConfig([
       '@azure/storage-blob',
     ],
     format: ['esm', 'cjs'],
-    // import.meta.url in the CommonJS build (src/sqlite-driver.ts loads better-sqlite3 with createRequire).
+    // import.meta.url in the CommonJS build (src/core/sqlite-driver.ts loads better-sqlite3 with createRequire).
     shims: true,
     dts: true,
     clean: true,
