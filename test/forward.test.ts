@@ -5,7 +5,7 @@
  */
 import { readFileSync, writeFileSync } from 'node:fs';
 import { createServer, type IncomingHttpHeaders, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import { type AddressInfo, createServer as createNetServer, type Socket } from 'node:net';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { createTestEnvelope } from '../src/consumer/testing.js';
@@ -42,6 +42,7 @@ async function startServer(answer: (seen: Seen, res: ServerResponse) => void) {
     origin,
     url: `${origin}/events`,
     seen,
+    server,
     close: () => new Promise<void>((resolve) => server.close(() => resolve())),
   };
 }
@@ -349,6 +350,133 @@ describe('forward headers of ids outside Latin-1', () => {
     } finally {
       await h.cleanup();
       await app.close();
+    }
+  });
+});
+
+/**
+ * A raw HTTP/1.1 server that answers the first request of each connection with 200 (keep-alive)
+ * and closes the connection, unanswered, when a second request arrives on it: what an app does
+ * when it closes an idle kept-alive connection just as the client reuses it.
+ */
+async function startIdleClosingApp() {
+  const requests: { connection: number; eventId: string }[] = [];
+  let connections = 0;
+  const server = createNetServer((socket) => {
+    const connection = ++connections;
+    let served = 0;
+    let buffered = '';
+    socket.setEncoding('latin1').on('data', (data: string) => {
+      buffered += data;
+      for (;;) {
+        const end = buffered.indexOf('\r\n\r\n');
+        if (end < 0) return;
+        const head = buffered.slice(0, end);
+        const length = Number(/\r\ncontent-length: *(\d+)/i.exec(head)?.[1] ?? 0);
+        if (buffered.length < end + 4 + length) return;
+        buffered = buffered.slice(end + 4 + length);
+        const eventId = /\r\npartner-event-id: *([^\r]*)/i.exec(head)?.[1] ?? '';
+        requests.push({ connection, eventId });
+        if (++served > 1) {
+          socket.destroy();
+          return;
+        }
+        socket.write('HTTP/1.1 200 OK\r\nconnection: keep-alive\r\ncontent-length: 2\r\n\r\nok');
+      }
+    });
+    socket.on('error', () => {});
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return {
+    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/events`,
+    requests,
+    close: () => new Promise<void>((resolve) => server.close(() => resolve())),
+  };
+}
+
+describe('forwarding over a keep-alive pool', () => {
+  it('reuses connections: 200 events over at most `connections` connections, bodies of the answers read', async () => {
+    const sockets = new Set<Socket>();
+    let accepted = 0;
+    const app = await startServer((_s, res) => res.writeHead(200).end('x'.repeat(20_000)));
+    app.server.on('connection', (socket: Socket) => {
+      accepted++;
+      sockets.add(socket);
+      socket.on('close', () => sockets.delete(socket));
+    });
+    const h = harness({ concurrency: 8 });
+    const forward = createForwarder({ url: app.url, connections: 8 });
+    try {
+      h.consumer.on('*', forward);
+      await h.consumer.start();
+      const events = Array.from({ length: 200 }, () => createTestEnvelope('daily.data.steps.created'));
+      for (const e of events) h.source.send(e.raw);
+      await Promise.all(events.map((e) => h.waitFor((r) => r.eventId === e.eventId)));
+      expect(h.reports.every((r) => r.outcome.kind === 'ack')).toBe(true);
+      expect(app.seen).toHaveLength(200);
+      expect(accepted).toBeGreaterThan(0);
+      expect(accepted).toBeLessThanOrEqual(8);
+
+      // close() ends every connection to the app.
+      const closed = [...sockets].map((s) => new Promise((resolve) => s.once('close', resolve)));
+      await h.consumer.stop();
+      await forward.close();
+      await Promise.all(closed);
+      expect(sockets.size).toBe(0);
+    } finally {
+      await h.cleanup();
+      await app.close();
+    }
+  });
+
+  it('an app that closes kept-alive connections loses no event and burns no attempt: the request is sent again on a fresh connection', async () => {
+    const app = await startIdleClosingApp();
+    const h = harness({ concurrency: 1 });
+    const forward = createForwarder({ url: app.url, connections: 1 });
+    try {
+      h.consumer.on('*', forward);
+      await h.consumer.start();
+      const events = Array.from({ length: 5 }, () => createTestEnvelope('daily.data.steps.created'));
+      for (const e of events) h.source.send(e.raw);
+      await Promise.all(events.map((e) => h.waitFor((r) => r.eventId === e.eventId)));
+      // Each event after the first met a reused connection that the app closed, and went again.
+      expect(h.reports.map((r) => r.outcome)).toEqual(Array(5).fill({ kind: 'ack', result: 'handled' }));
+      const answered = new Map<number, string>();
+      for (const r of app.requests) if (!answered.has(r.connection)) answered.set(r.connection, r.eventId);
+      expect([...answered.values()]).toEqual(events.map((e) => e.eventId));
+      expect(app.requests.length).toBeGreaterThan(5);
+    } finally {
+      await h.cleanup();
+      await forward.close();
+      await app.close();
+    }
+  });
+
+  it('names what failed: a refused connection, and a timeout, with the app address redacted', async () => {
+    const closed = await startServer(() => {});
+    await closed.close(); // nothing listens on its port any more
+    const silent = await startServer(() => {}); // accepts, never answers
+    const h = harness({ retry: { maxAttempts: 1, baseDelayMs: 5, maxDelayMs: 20 } });
+    const refused = createForwarder({ url: `${closed.url}?code=S3cr3t` });
+    const slow = createForwarder({ url: silent.url, timeoutMs: 200 });
+    try {
+      h.consumer.on('daily.data.steps.created', refused).on('coach.nudge.created', slow);
+      await h.consumer.start();
+      const a = createTestEnvelope('daily.data.steps.created');
+      const b = createTestEnvelope('coach.nudge.created');
+      h.source.send(a.raw);
+      h.source.send(b.raw);
+      const deadA = await h.waitFor((r) => r.eventId === a.eventId);
+      const deadB = await h.waitFor((r) => r.eventId === b.eventId);
+      const reason = (r: typeof deadA) => (r.outcome.kind === 'dead' ? r.outcome.reason : '');
+      expect(reason(deadA)).toContain(`forward to ${closed.url} failed: connection refused (ECONNREFUSED)`);
+      expect(reason(deadA)).not.toContain('S3cr3t');
+      expect(reason(deadB)).toContain(`forward to ${silent.url} timed out after 200ms waiting for an answer`);
+    } finally {
+      await h.cleanup();
+      await refused.close();
+      await slow.close();
+      await silent.close();
     }
   });
 });

@@ -66,7 +66,7 @@ describe('the built package', () => {
     expect(typeof require(dist('adapters/file.cjs')).FileSource).toBe('function');
   });
 
-  it('the root entry is the library: importing it loads neither prom-client nor yaml', async () => {
+  it('the root entry is the library: importing it loads neither prom-client, yaml nor undici', async () => {
     // At run time, through require: every module the CJS build loaded.
     const probe = spawnSync(
       process.execPath,
@@ -82,13 +82,17 @@ describe('the built package', () => {
     expect(loaded).toContain('zod'); // the probe sees packages at all
     expect(loaded).not.toContain('prom-client');
     expect(loaded).not.toContain('yaml');
+    expect(loaded).not.toContain('undici'); // the HTTP hand-off pool is the sidecar's and the CLI's
     // Through import: the static import graph of the ESM build (tsup's chunks included).
     const esm = staticImports(dist('index.js'));
     expect(esm).toContain('zod');
     expect(esm).not.toContain('prom-client');
     expect(esm).not.toContain('yaml');
+    expect(esm).not.toContain('undici');
     // The sidecar entry is where they live.
-    expect(staticImports(dist('sidecar.js'))).toEqual(expect.arrayContaining(['prom-client', 'yaml']));
+    expect(staticImports(dist('sidecar.js'))).toEqual(
+      expect.arrayContaining(['prom-client', 'yaml', 'undici']),
+    );
   });
 
   it('the sidecar entry and the CLI load no cloud SDK until a transport is opened', () => {

@@ -25,7 +25,7 @@ export function httpTarget(url: URL, timeoutMs = 10_000): Target {
         throw new AdapterError(`POST ${name} failed: ${errorMessage(cause)}`, { cause });
       }
       const text = await response.text().catch(() => '');
-      const answer = classifyAnswer(response.status, response.headers, url);
+      const answer = classifyAnswer(response.status, Object.fromEntries(response.headers), url);
       const code = codeOf(text);
       const retryAfter = Number(response.headers.get('retry-after'));
       return {

@@ -60,7 +60,8 @@ export async function demoCommand(args: string[]): Promise<number> {
     retry: { maxAttempts: 3, baseDelayMs: 100, maxDelayMs: 400 },
     onSettled: (report) => printOutcome(report, stats),
   });
-  consumer.on('*', createForwarder({ url: app.url }));
+  const forward = createForwarder({ url: app.url, connections: 4 });
+  consumer.on('*', forward);
 
   // The publisher: every catalog type once, then the kinds of trouble a real queue brings.
   const sent: string[] = [];
@@ -85,6 +86,7 @@ export async function demoCommand(args: string[]): Promise<number> {
 
   await consumer.start();
   await consumer.stopped;
+  await forward.close();
   await app.close();
 
   const once = sent.every((id) => app.received.get(id) === 1);

@@ -254,9 +254,10 @@ export async function replayCommand(args: string[]): Promise<number> {
     logger,
     onSettled,
   });
-  const handler = target
-    ? injector(target, source)
-    : createForwarder({ url: options.forward as string, timeoutMs });
+  const forwarder = target
+    ? undefined
+    : createForwarder({ url: options.forward as string, timeoutMs, connections: concurrency });
+  const handler = forwarder ?? injector(target as Target, source);
   consumer.on('*', handler).onUnknown(handler);
 
   let interrupted = false;
@@ -269,6 +270,7 @@ export async function replayCommand(args: string[]): Promise<number> {
   await consumer.start();
   await consumer.stopped;
   await target?.close();
+  await forwarder?.close();
   process.off('SIGINT', onSignal);
   process.off('SIGTERM', onSignal);
   progress.finish();

@@ -13,7 +13,7 @@ import {
   resolveSidecarConfig,
   type SidecarConfig,
 } from '../sidecar/config.js';
-import { createForwarder, describeUrl } from '../sidecar/forward.js';
+import { createForwarder, describeUrl, type Forwarder } from '../sidecar/forward.js';
 import { ConsumerMetrics } from '../sidecar/metrics.js';
 import { type OpsServer, startOpsServer } from '../sidecar/ops-server.js';
 import { readiness } from '../sidecar/readiness.js';
@@ -122,8 +122,9 @@ export async function runCommand(args: string[]): Promise<number> {
     logger,
     onSettled: (report) => metrics.observe(report),
   });
+  let forward: Forwarder | undefined;
   if (config.forward) {
-    const forward = createForwarder(config.forward);
+    forward = createForwarder({ ...config.forward, connections: config.concurrency });
     consumer.on('*', forward).onUnknown(forward);
     logger.info({ forward: describeUrl(config.forward.url) }, 'forwarding verified events');
   } else {
@@ -161,6 +162,7 @@ export async function runCommand(args: string[]): Promise<number> {
   await running.start();
   await running.stopped;
   stopWatching();
+  await forward?.close(); // the app sees its connections end now, not at an idle timeout
   await ops?.close();
   process.off('SIGTERM', stop);
   process.off('SIGINT', stop);

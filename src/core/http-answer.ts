@@ -7,7 +7,7 @@ import { redactUrl } from './redact.js';
 
 const MAX_RETRY_AFTER_MS = 15 * 60_000;
 
-/** Whether a URL carries `user:password@` (or just `user@`): fetch refuses it on every request. */
+/** Whether a URL carries `user:password@` (or just `user@`), which a request never sends. */
 export function hasCredentials(url: string): boolean {
   try {
     const parsed = new URL(url);
@@ -27,19 +27,28 @@ export type HttpAnswer =
   | { readonly kind: 'redirected'; readonly status: number; readonly location: string }
   | { readonly kind: 'failed'; readonly status: number; readonly retryAfterMs: number | undefined };
 
-/** Classifies an answer to a request sent with `redirect: 'manual'` to `url`. */
-export function classifyAnswer(status: number, headers: Headers, url: string | URL): HttpAnswer {
+/** Answer headers as an HTTP client gives them: lower-case names, a list when repeated. */
+export type AnswerHeaders = Readonly<Record<string, string | string[] | undefined>>;
+
+/** Classifies an answer to a request sent (redirects not followed) to `url`. */
+export function classifyAnswer(status: number, headers: AnswerHeaders, url: string | URL): HttpAnswer {
   if (status >= 200 && status < 300) return { kind: 'delivered' };
   if (status >= 300 && status < 400) {
-    return { kind: 'redirected', status, location: describeLocation(headers.get('location'), url) };
+    return { kind: 'redirected', status, location: describeLocation(header(headers, 'location'), url) };
   }
   const retryAfter =
-    status === 429 || status === 503 ? parseRetryAfter(headers.get('retry-after')) : undefined;
+    status === 429 || status === 503 ? parseRetryAfter(header(headers, 'retry-after')) : undefined;
   return { kind: 'failed', status, retryAfterMs: retryAfter };
 }
 
+/** A header's one value (the first when repeated). */
+export function header(headers: AnswerHeaders, name: string): string | undefined {
+  const value = headers[name];
+  return Array.isArray(value) ? value[0] : value;
+}
+
 /** The `Location` of a redirect, for logs: resolved against the request, origin and path only. */
-function describeLocation(location: string | null, base: string | URL): string {
+function describeLocation(location: string | undefined, base: string | URL): string {
   if (!location) return '(no Location)';
   try {
     return redactUrl(new URL(location, base).href);
@@ -53,7 +62,8 @@ export function redirectReason(answer: { status: number; location: string }): st
   return `answered HTTP ${answer.status}, redirect to ${answer.location} (not followed)`;
 }
 
-function parseRetryAfter(value: string | null): number | undefined {
+/** `Retry-After` in ms (seconds or an HTTP date), capped at 15 minutes; undefined when absent or unreadable. */
+export function parseRetryAfter(value: string | undefined): number | undefined {
   if (!value) return undefined;
   const seconds = Number(value);
   if (Number.isFinite(seconds) && seconds >= 0) return Math.min(seconds * 1000, MAX_RETRY_AFTER_MS);

@@ -1,16 +1,8 @@
 import type { HandlerContext } from '../consumer/router.js';
-import { ConfigError, ForwardError, RetryLaterError } from '../core/errors.js';
+import { ConfigError, errorMessage, ForwardError, RetryLaterError } from '../core/errors.js';
 import { classifyAnswer, hasCredentials, redirectReason } from '../core/http-answer.js';
+import { createHttpHandoff, HttpHandoffFailure, type HttpPostAnswer } from '../core/http-handoff.js';
 import { redactUrl } from '../core/redact.js';
-
-export interface ForwardOptions {
-  /** The partner app's endpoint; the verified body is POSTed here. */
-  readonly url: string;
-  /** Per request. Default 10 000 ms (the spec's acknowledgment timeout, for symmetry). */
-  readonly timeoutMs?: number;
-  /** Extra headers, e.g. an internal auth token for the app. */
-  readonly headers?: Readonly<Record<string, string>>;
-}
 
 /** Where forwards go, for messages and logs: scheme, host and path only (`redactUrl`). */
 export function describeUrl(url: string): string {
@@ -19,7 +11,7 @@ export function describeUrl(url: string): string {
 
 /** Why a forward URL with `user:password@` is refused, and what to do instead. */
 export const FORWARD_URL_CREDENTIALS =
-  'must not contain a user name or password (user:password@), which fetch refuses: send them in an Authorization header with forward.headers instead';
+  'must not contain a user name or password (user:password@), which would never be sent: send them in an Authorization header with forward.headers instead';
 
 /** Why a forward URL can never work, or undefined. Never repeats the URL (it may hold a password). */
 export function forwardUrlProblem(url: string): string | undefined {
@@ -30,7 +22,7 @@ export function forwardUrlProblem(url: string): string | undefined {
 
 /**
  * An id from the signed body as a header value: always `encodeURIComponent` of its UTF-8, so any
- * id can be sent (fetch refuses characters above U+00FF, and Latin-1 bytes would be ambiguous) and
+ * id can be sent (HTTP headers cannot carry characters above U+00FF, and Latin-1 bytes would be ambiguous) and
  * one `decodeURIComponent` always gives it back, `%` included. The ids and types the service
  * issues are letters, digits, `_`, `-` and `.`, which the encoding leaves as they are. A lone
  * surrogate (no UTF-8 form) becomes U+FFFD.
@@ -39,55 +31,81 @@ export function encodeHeaderValue(value: string): string {
   return encodeURIComponent(value.toWellFormed());
 }
 
+export interface ForwardOptions {
+  /** The partner app's endpoint; the verified body is POSTed here. */
+  readonly url: string;
+  /**
+   * Limit for connecting, for the answer's headers once the request is sent, and between chunks
+   * of its body. Default 10 000 ms (the spec's acknowledgment timeout, for symmetry).
+   */
+  readonly timeoutMs?: number;
+  /** Extra headers, e.g. an internal auth token for the app. */
+  readonly headers?: Readonly<Record<string, string>>;
+  /**
+   * Keep-alive connections to the app, at most. Default 16; give the consumer's `concurrency`,
+   * so that every event in flight has its connection and none waits for one.
+   */
+  readonly connections?: number;
+}
+
+/** The forward handler, and the connection pool behind it. */
+export interface Forwarder {
+  (event: unknown, context: HandlerContext): Promise<void>;
+  /** Closes the connections to the app. Call it once the consumer has stopped. */
+  close(): Promise<void>;
+}
+
 /**
  * A handler that POSTs the signed body exactly as received to the app, with the headers
  * `partner-event-id`, `partner-event-type` (percent-encoded: `encodeHeaderValue`) and
- * `partner-event-attempt`. 2xx is success; any
- * other status, a timeout or a connection failure fails the attempt (retried with backoff,
- * dead-lettered after the configured attempts); `Retry-After` on 429/503 sets the delay. A
- * redirect is not followed: it fails the attempt as `FORWARD_REDIRECTED` (see `classifyAnswer`).
+ * `partner-event-attempt`, over a pool of keep-alive connections. 2xx is success; any other
+ * status, a timeout or a connection failure (named: refused, host not found, reset) fails the
+ * attempt (retried with backoff, dead-lettered after the configured attempts); `Retry-After` on
+ * 429/503 sets the delay. A redirect is not followed: it fails the attempt as
+ * `FORWARD_REDIRECTED` (see `classifyAnswer`). The answer's body is read and discarded, so that
+ * its connection is reused.
  */
-export function createForwarder(
-  options: ForwardOptions,
-): (event: unknown, context: HandlerContext) => Promise<void> {
+export function createForwarder(options: ForwardOptions): Forwarder {
   const target = describeUrl(options.url);
   const problem = forwardUrlProblem(options.url);
   if (problem) throw new ConfigError(`forward URL ${target} ${problem}`);
-  const timeoutMs = options.timeoutMs ?? 10_000;
-  return async (_event, context) => {
-    const signal = AbortSignal.any([context.signal, AbortSignal.timeout(timeoutMs)]);
-    let response: Response;
+  const handoff = createHttpHandoff(options.url, {
+    connections: options.connections ?? 16,
+    timeoutMs: options.timeoutMs ?? 10_000,
+  });
+  // Header names in lower case, so that ours replace any same-named ones given in `headers`.
+  const baseHeaders: Record<string, string> = {};
+  for (const [name, value] of Object.entries(options.headers ?? {})) baseHeaders[name.toLowerCase()] = value;
+  baseHeaders['content-type'] = 'application/json';
+
+  const forward = async (_event: unknown, context: HandlerContext): Promise<void> => {
+    let answer: HttpPostAnswer;
     try {
-      response = await fetch(options.url, {
-        method: 'POST',
+      answer = await handoff.post({
         headers: {
-          ...options.headers,
-          'content-type': 'application/json',
+          ...baseHeaders,
           'partner-event-id': encodeHeaderValue(context.eventId),
           'partner-event-type': encodeHeaderValue(context.eventType),
           'partner-event-attempt': String(context.attempt),
         },
         body: context.rawBody,
-        redirect: 'manual',
-        signal,
+        signal: context.signal,
       });
     } catch (cause) {
-      const reason =
-        signal.aborted && !context.signal.aborted ? `timed out after ${timeoutMs}ms` : 'connection failed';
+      const reason = cause instanceof HttpHandoffFailure ? cause.reason : `failed: ${errorMessage(cause)}`;
       throw new Error(`forward to ${target} ${reason}`, { cause });
     }
-    // Drain the body so the connection goes back to the pool.
-    await response.arrayBuffer().catch(() => undefined);
-    const answer = classifyAnswer(response.status, response.headers, options.url);
-    if (answer.kind === 'delivered') return;
-    if (answer.kind === 'redirected') {
-      throw new ForwardError('FORWARD_REDIRECTED', `forward to ${target} ${redirectReason(answer)}`, {
-        details: { status: answer.status, location: answer.location },
+    const outcome = classifyAnswer(answer.status, answer.headers, options.url);
+    if (outcome.kind === 'delivered') return;
+    if (outcome.kind === 'redirected') {
+      throw new ForwardError('FORWARD_REDIRECTED', `forward to ${target} ${redirectReason(outcome)}`, {
+        details: { status: outcome.status, location: outcome.location },
       });
     }
-    const message = `forward to ${target} answered HTTP ${answer.status}`;
-    if (answer.retryAfterMs !== undefined)
-      throw new RetryLaterError(message, { delayMs: answer.retryAfterMs });
+    const message = `forward to ${target} answered HTTP ${outcome.status}`;
+    if (outcome.retryAfterMs !== undefined)
+      throw new RetryLaterError(message, { delayMs: outcome.retryAfterMs });
     throw new Error(message);
   };
+  return Object.assign(forward, { close: () => handoff.close() });
 }
