@@ -91,8 +91,18 @@ export interface AdapterHarness<M extends RawMessage = RawMessage> {
  * enough that a stalled test process does not see it run out before its control comes back.
  */
 const RETRY_DELAY_MS = 2000;
-/** For waits on counts that settle in the background (an Event Hubs checkpoint, an HTTP answer). */
-const EVENTUALLY = { timeout: 15_000, interval: 20 };
+/**
+ * For waits on what settles in the background (an Event Hubs checkpoint, an HTTP answer): a
+ * deadline to fail with the last value seen, just inside the test's own timeout, not a measure.
+ */
+const EVENTUALLY = { timeout: 25_000, interval: 20 };
+/**
+ * For the outage check: a client may take its time to notice and to reconnect (the Event Hubs
+ * SDK may read a partition again only at its next load-balancing cycle, 10 s, later on a loaded
+ * machine). Again deadlines to fail with a message, not measures.
+ */
+const OUTAGE_WAIT = { timeout: 80_000, interval: 20 };
+const OUTAGE_TEST_TIMEOUT_MS = 90_000;
 
 const ack: Outcome = { kind: 'ack', result: 'handled' };
 const retryIn = (delayMs: number): Outcome => ({
@@ -382,7 +392,7 @@ export function adapterContract<M extends RawMessage>(transport: string, harness
 
         await control.begin();
         if (outage.reportsConnected) {
-          await vi.waitFor(() => expect(inbox.adapter.connected).toBe(false), EVENTUALLY);
+          await vi.waitFor(() => expect(inbox.adapter.connected).toBe(false), OUTAGE_WAIT);
         } else {
           // A receive under way as the broker went may still end empty; the next one rejects.
           await vi.waitFor(
@@ -393,19 +403,20 @@ export function adapterContract<M extends RawMessage>(transport: string, harness
                   () => 'rejected',
                 ),
               ).toBe('rejected'),
-            EVENTUALLY,
+            OUTAGE_WAIT,
           );
         }
 
         await control.end();
         const after = await publish('after');
         // Until the adapter has reconnected, a receive may still reject: try again.
-        const back = await vi.waitFor(async () => inbox.take(after), EVENTUALLY);
+        const back = await vi.waitFor(async () => inbox.take(after), OUTAGE_WAIT);
         await settle(inbox, back, ack);
         if (outage.reportsConnected) {
-          await vi.waitFor(() => expect(inbox.adapter.connected).toBe(true), EVENTUALLY);
+          await vi.waitFor(() => expect(inbox.adapter.connected).toBe(true), OUTAGE_WAIT);
         }
       },
+      OUTAGE_TEST_TIMEOUT_MS,
     );
   });
 }
