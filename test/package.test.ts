@@ -60,10 +60,10 @@ describe('the built package', () => {
   it('exposes ./testing, ./memory and ./file entry points in both formats', async () => {
     const require = createRequire(import.meta.url);
     expect(typeof require(dist('testing.cjs')).createTestEnvelope).toBe('function');
-    expect(typeof (await import(pathToFileURL(dist('adapters/memory.js')).href)).MemorySource).toBe(
+    expect(typeof (await import(pathToFileURL(dist('adapters/memory.js')).href)).createMemorySource).toBe(
       'function',
     );
-    expect(typeof require(dist('adapters/file.cjs')).FileSource).toBe('function');
+    expect(typeof require(dist('adapters/file.cjs')).createFileSource).toBe('function');
   });
 
   it('the root entry is the library: importing it loads neither prom-client, yaml nor undici', async () => {

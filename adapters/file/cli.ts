@@ -15,7 +15,7 @@ export const fileTransport = defineTransport({
       const path = spec.slice(PREFIX.length);
       if (!path) throw new SpecError('--source file: needs a path');
       if (!existsSync(path)) throw new SpecError(`--source ${spec}: no such file`);
-      const { createFileSource } = await import('./index.js');
+      const { createFileSource } = await import('./adapter.js');
       return createFileSource({ path });
     },
   },

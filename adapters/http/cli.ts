@@ -1,7 +1,7 @@
 import { hasCredentials } from '../../src/core/http-answer.js';
 import { redact, redactUrl } from '../../src/core/redact.js';
 import { defineTransport, HTTP_INGRESS_PREFIX, SpecError } from '../../src/core/transport.js';
-import { httpIngressTuningSchema } from './options.js';
+import { httpIngressSectionSchema } from './options.js';
 
 /** The URL of a spec, without the explicit `http-ingress:` prefix. */
 function urlText(spec: string): string {
@@ -15,7 +15,7 @@ function urlText(spec: string): string {
  */
 export const httpTransport = defineTransport({
   name: 'http',
-  options: { key: 'http', schema: httpIngressTuningSchema },
+  options: { key: 'http', schema: httpIngressSectionSchema },
   names(spec, role) {
     if (role === 'source') return spec.startsWith('http://') || spec.startsWith(HTTP_INGRESS_PREFIX);
     const url = urlText(spec);
@@ -27,7 +27,7 @@ export const httpTransport = defineTransport({
       'http://HOST:PORT/PATH or http-ingress:http://HOST:PORT/PATH (HTTP ingress: listen for POSTed envelopes)',
     async open(spec, { options, concurrency, maxEnvelopeBytes, logger }) {
       const url = ingressUrl(spec);
-      const { createHttpIngress } = await import('./index.js');
+      const { createHttpIngress } = await import('./adapter.js');
       const source = await createHttpIngress({
         host: url.hostname.replace(/^\[|\]$/g, ''),
         port: Number(url.port || 80),

@@ -18,7 +18,11 @@ import type { Handler, HandlerContext } from './router.js';
 
 // Partners' unit tests feed the consumer from an in-process queue: `./testing` hands them the memory
 // source with the fixtures (a static re-export, no SDK; no spec names it, so not the registry).
-export { createMemorySource, MemorySource, type MemorySourceOptions } from '../../adapters/memory/index.js';
+export {
+  createMemorySource,
+  type MemorySource,
+  type MemorySourceOptions,
+} from '../../adapters/memory/index.js';
 export { SAMPLE_USER_ID, sampleEvent } from '../core/events/samples.js';
 export { sign } from '../core/signature.js';
 

@@ -1,0 +1,164 @@
+import { createReadStream } from 'node:fs';
+import { createInterface } from 'node:readline';
+import { parseAdapterOptions } from '../../src/core/adapter-options.js';
+import {
+  envelopeOfDeadLetter,
+  isDeadLetterRecord,
+  isTruncatedDeadLetter,
+  storedRawOfDeadLetter,
+  truncatedError,
+} from '../../src/core/dead-letter-record.js';
+import type { Outcome } from '../../src/core/outcome.js';
+import type { RawMessage, SourceAdapter } from '../../src/core/source-adapter.js';
+import { Waker } from '../../src/core/waker.js';
+import { type FileSourceOptions, fileSourceOptionsSchema } from './options.js';
+
+export interface FileMessage extends RawMessage {
+  /** 1-based line number in the file. */
+  readonly line: number;
+}
+
+export interface FileSourceStats {
+  readonly lines: number;
+  readonly acked: number;
+  readonly dead: number;
+}
+
+/**
+ * Reads a JSONL file line by line (memory stays bounded on large files). Each line is an
+ * envelope exactly as published, or a dead-letter record, whose original message is replayed.
+ * Retries are re-queued in memory after their delay; the source is exhausted once every line
+ * is settled. A file has no broker enqueue time, so each line is stamped with the moment it was
+ * first read (the clock at first receipt): a retry minutes later is not mistaken for a stale
+ * event. A dead-letter record keeps the enqueue time its broker gave it.
+ */
+export class FileSource implements SourceAdapter<FileMessage> {
+  readonly name: string;
+  readonly maxBatchSize = 100;
+  readonly #lines: AsyncIterator<string>;
+  readonly #ready: FileMessage[] = [];
+  readonly #delayed = new Set<NodeJS.Timeout>();
+  readonly #closeStream: () => void;
+  #lineNo = 0;
+  #eof = false;
+  #inFlight = 0;
+  #acked = 0;
+  #dead = 0;
+  readonly #waker = new Waker();
+
+  constructor(options: FileSourceOptions) {
+    const { path, name } = parseAdapterOptions(fileSourceOptionsSchema, options, 'file source');
+    this.name = name ?? `file:${path}`;
+    const stream = createReadStream(path, { encoding: 'utf8' });
+    const rl = createInterface({ input: stream, crlfDelay: Number.POSITIVE_INFINITY });
+    this.#lines = rl[Symbol.asyncIterator]();
+    this.#closeStream = () => {
+      rl.close();
+      stream.destroy();
+    };
+  }
+
+  get stats(): FileSourceStats {
+    return { lines: this.#lineNo, acked: this.#acked, dead: this.#dead };
+  }
+
+  async receive(max: number, signal: AbortSignal): Promise<readonly FileMessage[] | null> {
+    const batch: FileMessage[] = [];
+    while (batch.length < max) {
+      const ready = this.#ready.shift();
+      if (ready) {
+        batch.push(ready);
+        continue;
+      }
+      if (this.#eof) break;
+      const next = await this.#lines.next();
+      if (next.done) {
+        this.#eof = true;
+        break;
+      }
+      this.#lineNo++;
+      const message = toMessage(next.value, this.#lineNo, Date.now());
+      if (message) batch.push(message);
+    }
+    if (batch.length > 0) {
+      this.#inFlight += batch.length;
+      return batch;
+    }
+    if (this.#inFlight === 0 && this.#delayed.size === 0) return null;
+    // Only retries remain: wait for one to come due (or for a stop).
+    await this.#waker.wait(signal);
+    return [];
+  }
+
+  async settle(message: FileMessage, outcome: Outcome): Promise<void> {
+    this.#inFlight--;
+    if (outcome.kind === 'retry') {
+      const timer = setTimeout(() => {
+        this.#delayed.delete(timer);
+        this.#ready.push({ ...message, attempt: message.attempt + 1 });
+        this.#waker.wake();
+      }, outcome.delayMs);
+      this.#delayed.add(timer);
+      return;
+    }
+    if (outcome.kind === 'ack') this.#acked++;
+    else this.#dead++;
+    if (this.#inFlight === 0 && this.#delayed.size === 0) this.#waker.wake();
+  }
+
+  async close(): Promise<void> {
+    for (const timer of this.#delayed) clearTimeout(timer);
+    this.#delayed.clear();
+    this.#closeStream();
+    this.#waker.wake();
+  }
+}
+
+function toMessage(line: string, lineNo: number, readAt: number): FileMessage | undefined {
+  if (line.trim() === '') return undefined;
+  const id = `line:${lineNo}`;
+  // Cheap pre-check: only lines that look like dead-letter records are parsed here.
+  if (line.includes('"dead_lettered_at"')) {
+    let record: unknown;
+    try {
+      record = JSON.parse(line);
+    } catch {
+      record = undefined;
+    }
+    if (isDeadLetterRecord(record)) {
+      const message = {
+        id,
+        line: lineNo,
+        attempt: 1,
+        enqueuedAt: parseTime(record.enqueued_at) ?? readAt,
+        metadata: {
+          original_code: record.code,
+          original_source: record.source,
+          original_message_id: record.message_id,
+          original_dead_lettered_at: record.dead_lettered_at,
+        },
+      };
+      if (!isTruncatedDeadLetter(record)) return { ...message, body: envelopeOfDeadLetter(record) };
+      // Only a prefix was kept: rejected as such (never re-driven), and still marked truncated
+      // in the dead-letter record it becomes.
+      const { code, message: reason } = truncatedError(record);
+      return {
+        ...message,
+        body: storedRawOfDeadLetter(record),
+        rejection: { code, reason },
+        truncated: { bytes: record.raw_bytes ?? 0, sha256: record.raw_sha256 ?? '' },
+      };
+    }
+  }
+  return { id, line: lineNo, body: line, attempt: 1, enqueuedAt: readAt };
+}
+
+function parseTime(text: string | null): number | undefined {
+  if (text === null) return undefined;
+  const ms = Date.parse(text);
+  return Number.isNaN(ms) ? undefined : ms;
+}
+
+export function createFileSource(options: FileSourceOptions): FileSource {
+  return new FileSource(options);
+}
