@@ -7,6 +7,7 @@ import { type ConsumerSettingsInput, consumerSettingsSchema } from '../consumer/
 import { ConfigError, errorMessage } from '../core/errors.js';
 import { createLogger } from '../core/logger.js';
 import { ENV_SECRETS_FILE, type Keyring, readSecretsFile, watchSecrets } from '../core/secrets.js';
+import type { SourceAdapter } from '../core/source-adapter.js';
 import {
   configFromEnv,
   configFromFile,
@@ -53,29 +54,46 @@ With a secrets file, SIGHUP or a change of the file reloads the signing secrets.
   --log-level LEVEL    fatal, error, warn, info (default), debug, trace or silent`;
 
 export async function runCommand(args: string[]): Promise<number> {
-  const { values, positionals } = parse(args, {
-    config: { type: 'string' },
-    source: { type: 'string' },
-    forward: { type: 'string' },
-    handlers: { type: 'string' },
-    dedupe: { type: 'string' },
-    'dead-letter': { type: 'string' },
-    concurrency: { type: 'string' },
-    'ops-port': { type: 'string' },
-    'ops-host': { type: 'string' },
-    'no-ops': { type: 'boolean' },
-    'consumer-group': { type: 'string' },
-    'strict-age': { type: 'boolean' },
-    'secrets-file': { type: 'string' },
-    'log-level': { type: 'string' },
-    help: { type: 'boolean', short: 'h', default: false },
-  });
+  const { values, positionals } = parse(args, RUN_OPTIONS);
   if (values.help) {
     writeLine(RUN_USAGE);
     return 0;
   }
   if (positionals.length > 0) throw new UsageError(`unexpected argument "${positionals[0]}"`);
-  const flags: Record<string, unknown> = {
+  const config = resolveSidecarConfig({
+    ...(values.config ? { file: configFromFile(values.config) } : {}),
+    env: configFromEnv(process.env),
+    flags: runFlags(values),
+  });
+  const worker = await openWorker(config);
+  const ops = await serveOps(worker, config);
+  await runUntilStopped(worker, config, ops);
+  return 0;
+}
+
+const RUN_OPTIONS = {
+  config: { type: 'string' },
+  source: { type: 'string' },
+  forward: { type: 'string' },
+  handlers: { type: 'string' },
+  dedupe: { type: 'string' },
+  'dead-letter': { type: 'string' },
+  concurrency: { type: 'string' },
+  'ops-port': { type: 'string' },
+  'ops-host': { type: 'string' },
+  'no-ops': { type: 'boolean' },
+  'consumer-group': { type: 'string' },
+  'strict-age': { type: 'boolean' },
+  'secrets-file': { type: 'string' },
+  'log-level': { type: 'string' },
+  help: { type: 'boolean', short: 'h', default: false },
+} as const;
+
+type RunValues = ReturnType<typeof parse<typeof RUN_OPTIONS>>['values'];
+
+/** The flags' layer of the sidecar config (flags beat the environment and the file). */
+function runFlags(values: RunValues): Record<string, unknown> {
+  return {
     source: values.source,
     forward: values.forward,
     handlers: values.handlers,
@@ -94,12 +112,21 @@ export async function runCommand(args: string[]): Promise<number> {
       host: values['ops-host'],
     },
   };
-  const config = resolveSidecarConfig({
-    ...(values.config ? { file: configFromFile(values.config) } : {}),
-    env: configFromEnv(process.env),
-    flags,
-  });
+}
 
+/** What `run` runs: the consumer over its source, with its metrics, keyring, logger and forwarder. */
+interface Worker {
+  readonly consumer: Consumer;
+  /** With `--forward`: the connection pool to the app, closed once the consumer has stopped. */
+  readonly forward: Forwarder | undefined;
+  readonly source: SourceAdapter;
+  readonly metrics: ConsumerMetrics;
+  readonly keyring: Keyring;
+  readonly logger: Logger;
+}
+
+/** Opens the source and the dedupe store and builds the consumer with its handlers (not started). */
+async function openWorker(config: SidecarConfig): Promise<Worker> {
   const logger = createLogger(config.logLevel ? { level: config.logLevel } : {});
   const keyring = loadKeyring(config.secretsFile, warnSecretsMode(logger));
   const source = await openSource(config, logger);
@@ -130,43 +157,57 @@ export async function runCommand(args: string[]): Promise<number> {
   } else {
     await registerHandlers(consumer, config.handlers as string);
   }
+  return { consumer, forward, source, metrics, keyring, logger };
+}
 
-  const running = consumer;
-  let ops: OpsServer | undefined;
-  if (config.ops.port >= 0) {
-    try {
-      ops = await startOpsServer({
-        host: config.ops.host,
-        port: config.ops.port,
-        registry: metrics.registry,
-        alive: () => running.status.state !== 'stopped',
-        readiness: () => readiness(running, source, config.ops.stallAfterMs).checks,
-      });
-    } catch (cause) {
-      await running.stop(); // closes the source and the dedupe store: nothing is left listening
-      throw new ConfigError(
-        `cannot serve the ops endpoints on ${config.ops.host}:${config.ops.port}: ${errorMessage(cause)}`,
-        { cause },
-      );
-    }
+/** Starts /healthz, /readyz and /metrics, unless turned off; a failure stops the worker. */
+async function serveOps(worker: Worker, config: SidecarConfig): Promise<OpsServer | undefined> {
+  if (config.ops.port < 0) return undefined;
+  const { consumer, source } = worker;
+  let ops: OpsServer;
+  try {
+    ops = await startOpsServer({
+      host: config.ops.host,
+      port: config.ops.port,
+      registry: worker.metrics.registry,
+      alive: () => consumer.status.state !== 'stopped',
+      readiness: () => readiness(consumer, source, config.ops.stallAfterMs).checks,
+    });
+  } catch (cause) {
+    await consumer.stop(); // closes the source and the dedupe store: nothing is left listening
+    throw new ConfigError(
+      `cannot serve the ops endpoints on ${config.ops.host}:${config.ops.port}: ${errorMessage(cause)}`,
+      { cause },
+    );
   }
-  if (ops) logger.info({ ops: ops.url }, 'operations endpoints: /healthz /readyz /metrics');
+  worker.logger.info({ ops: ops.url }, 'operations endpoints: /healthz /readyz /metrics');
+  return ops;
+}
 
-  const stopWatching = watchSecretsFor(keyring, config.secretsFile, logger);
+/**
+ * Runs the consumer until SIGTERM / SIGINT (drained) or its source ends, reloading secrets
+ * meanwhile; then closes the ops server (a signal during that is still caught).
+ */
+async function runUntilStopped(
+  worker: Worker,
+  config: SidecarConfig,
+  ops: OpsServer | undefined,
+): Promise<void> {
+  const { consumer, logger } = worker;
+  const stopWatching = watchSecretsFor(worker.keyring, config.secretsFile, logger);
   const stop = (signal: NodeJS.Signals) => {
     logger.info({ signal }, 'stopping: draining in-flight events');
-    void running.stop();
+    void consumer.stop();
   };
   process.once('SIGTERM', stop);
   process.once('SIGINT', stop);
-  await running.start();
-  await running.stopped;
+  await consumer.start();
+  await consumer.stopped;
   stopWatching();
-  await forward?.close(); // the app sees its connections end now, not at an idle timeout
+  await worker.forward?.close(); // the app sees its connections end now, not at an idle timeout
   await ops?.close();
   process.off('SIGTERM', stop);
   process.off('SIGINT', stop);
-  return 0;
 }
 
 function pickConsumerSettings(config: SidecarConfig): ConsumerSettingsInput {
