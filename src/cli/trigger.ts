@@ -1,9 +1,10 @@
 import { isPartnerEventsError } from '../core/errors.js';
 import { sampleEvent } from '../core/events/samples.js';
+import type { EventType } from '../core/events/schemas.js';
 import { validateEvent } from '../core/events/validate.js';
 import { ENV_SECRET } from '../core/secrets.js';
 import { parse, UsageError, writeLine } from './common.js';
-import { catalogType, parseSetting, setPath, signEvent, signingSecret } from './publish.js';
+import { catalogType, parseSetting, type SignedEvent, setPath, signEvent, signingSecret } from './publish.js';
 import { openTarget, TARGET_FORMS } from './targets.js';
 import { terminalSafe, terminalSafeLines } from './terminal-safe.js';
 
@@ -37,7 +38,27 @@ export async function triggerCommand(args: string[]): Promise<number> {
   }
   const [name, ...rest] = positionals;
   if (!name || rest.length > 0) throw new UsageError('trigger needs exactly one EVENT_TYPE');
-  const type = catalogType(name);
+  const signed = signedSample(catalogType(name), values);
+  if (!values.to) {
+    if (values.json) {
+      const envelope: unknown = JSON.parse(signed.raw);
+      writeLine(
+        JSON.stringify({ event_id: signed.eventId, event_type: signed.eventType, target: null, envelope }),
+      );
+    } else {
+      writeLine(signed.raw);
+      process.stderr.write(`${terminalSafe(`${signed.eventType} ${signed.eventId}`)} (not sent: no --to)\n`);
+    }
+    return 0;
+  }
+  return sendTo(values.to, signed, values.json);
+}
+
+/** The type's sample event with the `--set` changes, signed at `--signed-at` (default now). */
+function signedSample(
+  type: EventType,
+  values: { set?: string[]; 'secret-env'?: string; 'signed-at'?: string },
+): SignedEvent {
   let signedAt = Math.floor(Date.now() / 1000);
   if (values['signed-at'] !== undefined) {
     signedAt = Number(values['signed-at']);
@@ -52,35 +73,26 @@ export async function triggerCommand(args: string[]): Promise<number> {
   const validation = validateEvent(String(event.event_type), event);
   if (!validation.ok)
     process.stderr.write(`warning: sending it anyway: ${terminalSafe(validation.reason)}\n`);
-  const signed = signEvent(event, secret, signedAt);
-  const envelope: unknown = JSON.parse(signed.raw);
+  return signEvent(event, secret, signedAt);
+}
 
-  if (!values.to) {
-    if (values.json) {
-      writeLine(
-        JSON.stringify({ event_id: signed.eventId, event_type: signed.eventType, target: null, envelope }),
-      );
-    } else {
-      writeLine(signed.raw);
-      process.stderr.write(`${terminalSafe(`${signed.eventType} ${signed.eventId}`)} (not sent: no --to)\n`);
-    }
-    return 0;
-  }
-  const target = await openTarget(values.to);
+/** Sends one signed event to `--to`; exit code 0 when the target accepted it. */
+async function sendTo(to: string, signed: SignedEvent, json: boolean): Promise<number> {
+  const target = await openTarget(to);
   try {
     const delivery = await target.send({
       body: signed.raw,
       eventId: signed.eventId,
       eventType: signed.eventType,
     });
-    if (values.json) {
+    if (json) {
       writeLine(
         JSON.stringify({
           event_id: signed.eventId,
           event_type: signed.eventType,
           target: target.name,
           delivery: { accepted: delivery.accepted, detail: delivery.detail },
-          envelope,
+          envelope: JSON.parse(signed.raw) as unknown,
         }),
       );
     } else {
