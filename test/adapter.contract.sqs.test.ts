@@ -39,7 +39,7 @@ adapterContract('SQS', {
           // Left unsettled, a message comes back after its visibility timeout: 1 s when asked,
           // else long past any check, so that nothing comes back unless settled so.
           visibilityTimeoutSeconds: options?.unsettledReturnSoon ? 1 : 60,
-          deadLetterQueueUrl: dlq.url,
+          deadLetterQueue: dlq.url,
         });
         adapters.push(adapter);
         return adapter;

@@ -97,7 +97,7 @@ describe('sidecar configuration of the queue adapters', () => {
     const env = configFromEnv({
       PARTNER_EVENTS_SQS_BATCH_SIZE: '5',
       PARTNER_EVENTS_SQS_MAX_CONCURRENT_RECEIVES: '2',
-      PARTNER_EVENTS_SQS_DEAD_LETTER_QUEUE_URL: 'http://127.0.0.1:9/000000000000/dlq',
+      PARTNER_EVENTS_SQS_DEAD_LETTER_QUEUE: 'http://127.0.0.1:9/000000000000/dlq',
     });
     const open = (source: string) =>
       openSource(resolveSidecarConfig({ file: { ...file, source }, env }), silentLogger());

@@ -260,7 +260,7 @@ describe('SqsAdapter through the consumer (fauxqs)', () => {
   it('poison: dead-lettered to the file and the DLQ after N receives, then gone from the queue; malformed at once', async () => {
     const { client } = recordingClient();
     const dlq = await createQueue(client, 'events-dlq');
-    const s = await setup({ adapter: { deadLetterQueueUrl: dlq.url } });
+    const s = await setup({ adapter: { deadLetterQueue: dlq.url } });
     const poison = createTestEnvelope('daily.data.steps.created');
     const malformed = '{"event_id": "evt_1", "not": "an envelope"';
     const [poisonId, malformedId] = await send(s.client, s.queueUrl, [poison.raw, malformed]);
@@ -520,7 +520,7 @@ describe('SqsAdapter through the consumer (fauxqs)', () => {
   it('FIFO: keeps the message group in the metadata and dead-letters to a FIFO DLQ', async () => {
     const { client } = recordingClient();
     const dlq = await createQueue(client, 'dead.fifo');
-    const s = await setup({ queue: 'events.fifo', adapter: { deadLetterQueueUrl: dlq.url } });
+    const s = await setup({ queue: 'events.fifo', adapter: { deadLetterQueue: dlq.url } });
     await s.client.send(
       new SendMessageBatchCommand({
         QueueUrl: s.queueUrl,

@@ -1,6 +1,6 @@
 import { redact } from '../../src/core/redact.js';
 import { defineTransport, importAdapterModule, SpecError } from '../../src/core/transport.js';
-import { sqsTuningSchema } from './options.js';
+import { sqsOptionsSchema } from './options.js';
 import { ambiguousQueueUrlMessage, sqsReadingOf } from './url.js';
 
 const SDK = '@aws-sdk/client-sqs';
@@ -13,7 +13,7 @@ const SDK = '@aws-sdk/client-sqs';
 export const sqsTransport = defineTransport({
   name: 'sqs',
   sdk: SDK,
-  options: { key: 'sqs', schema: sqsTuningSchema },
+  options: { key: 'sqs', schema: sqsOptionsSchema },
   names(spec, role) {
     const reading = sqsReadingOf(spec);
     if (reading !== 'queue-or-http') return reading === 'queue';
@@ -30,8 +30,8 @@ export const sqsTransport = defineTransport({
     forms:
       'an SQS queue URL (https://sqs.REGION.amazonaws.com/ACCOUNT/QUEUE; a local one when AWS_ENDPOINT_URL_SQS is set) or sqs:QUEUE_URL',
     async open(spec, { logger, options }) {
-      const { sqsSourceFromCli } = await importAdapterModule(SDK, 'source', () => import('./index.js'));
-      return sqsSourceFromCli(spec, { logger, tuning: options });
+      const { sqsSourceFromCli } = await importAdapterModule(SDK, 'source', () => import('./adapter.js'));
+      return sqsSourceFromCli(spec, { logger, options });
     },
   },
   target: {

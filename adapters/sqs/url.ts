@@ -51,6 +51,16 @@ export function isSqsSpec(spec: string, env: NodeJS.ProcessEnv = process.env): b
   return sqsReadingOf(spec, env) === 'queue';
 }
 
+/**
+ * Whether a `--source` value names an SQS queue for certain: `sqs:<queue URL>` (any endpoint), an
+ * AWS queue URL such as `https://sqs.eu-west-1.amazonaws.com/123456789012/partner-events`, or a
+ * URL on (or, with a `/ACCOUNT/QUEUE` path, beside) the endpoint `AWS_ENDPOINT_URL_SQS` /
+ * `AWS_ENDPOINT_URL` names.
+ */
+export function isSqsSourceSpec(spec: string, env: NodeJS.ProcessEnv = process.env): boolean {
+  return isSqsSpec(spec, env);
+}
+
 /** The origins of `AWS_ENDPOINT_URL_SQS` and `AWS_ENDPOINT_URL`, where set and valid. */
 function endpointOrigins(env: NodeJS.ProcessEnv): string[] {
   const origins: string[] = [];
