@@ -480,3 +480,76 @@ describe('forwarding over a keep-alive pool', () => {
     }
   });
 });
+
+describe('--to http(s) over a keep-alive pool', () => {
+  it('replay --to: 40 envelopes over at most --concurrency connections', async () => {
+    let accepted = 0;
+    const app = await startServer((_s, res) =>
+      res.writeHead(200, { 'content-type': 'application/json' }).end('{"outcome":"ack","result":"handled"}'),
+    );
+    app.server.on('connection', () => accepted++);
+    try {
+      const events = Array.from({ length: 40 }, () => createTestEnvelope('daily.data.steps.created').raw);
+      const file = writeJsonl(dir.path, 'dead.jsonl', events);
+      const result = await runCli([
+        'replay',
+        file,
+        '--to',
+        app.url,
+        '--dedupe',
+        'memory',
+        '--concurrency',
+        '4',
+        '--json',
+      ]);
+      expect(result.code).toBe(0);
+      expect(jsonLines(result.stdout).at(-1)).toMatchObject({ injected: 40, failed: 0 });
+      expect(app.seen).toHaveLength(40);
+      expect(accepted).toBeGreaterThan(0);
+      expect(accepted).toBeLessThanOrEqual(4);
+    } finally {
+      await app.close();
+    }
+  });
+
+  it('replay --to: an ingress that closes kept-alive connections takes every envelope at the first attempt', async () => {
+    const app = await startIdleClosingApp();
+    try {
+      const events = Array.from({ length: 4 }, () => createTestEnvelope('daily.data.steps.created'));
+      const file = writeJsonl(
+        dir.path,
+        'dead.jsonl',
+        events.map((e) => e.raw),
+      );
+      const result = await runCli([
+        'replay',
+        file,
+        '--to',
+        app.url,
+        '--dedupe',
+        'memory',
+        '--concurrency',
+        '1',
+        '--attempts',
+        '1',
+        '--dead-letter',
+        join(dir.path, 'failed.jsonl'),
+        '--json',
+      ]);
+      expect(jsonLines(result.stdout).at(-1)).toMatchObject({ injected: 4, failed: 0 });
+      expect(result.code).toBe(0);
+      expect(app.requests.length).toBeGreaterThan(4);
+    } finally {
+      await app.close();
+    }
+  });
+
+  it('trigger --to a port nobody listens on: the failure is named, exit 1', async () => {
+    const closed = await startServer(() => {});
+    await closed.close();
+    const result = await runCli(['trigger', 'daily.data.steps.created', '--to', `${closed.url}?sig=S3cr3t`]);
+    expect(result.code).toBe(1);
+    expect(result.stderr).toContain(`POST ${closed.url} failed: connection refused (ECONNREFUSED)`);
+    expect(result.stderr).not.toContain('S3cr3t');
+  });
+});

@@ -45,7 +45,7 @@ export const httpTransport = defineTransport({
   },
   target: {
     forms: 'http(s)://HOST:PORT/PATH or http-ingress:URL (an HTTP ingress: POST each envelope)',
-    async open(spec) {
+    async open(spec, { concurrency }) {
       const text = urlText(spec);
       let url: URL;
       try {
@@ -53,14 +53,14 @@ export const httpTransport = defineTransport({
       } catch {
         throw new SpecError(`--to is not a URL: ${redactUrl(text)}`);
       }
-      // fetch refuses such a URL on every send, with an error that quotes it, password and all.
+      // The credentials would never be sent, and every failure would quote them.
       if (hasCredentials(text)) {
         throw new SpecError(
           `--to ${redactUrl(text)} must not contain a user name or password (user:password@)`,
         );
       }
       const { httpTarget } = await import('./sender.js');
-      return httpTarget(url);
+      return httpTarget(url, { connections: concurrency });
     },
   },
 });

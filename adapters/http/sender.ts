@@ -1,44 +1,50 @@
 import { AdapterError, errorMessage } from '../../src/core/errors.js';
-import { classifyAnswer, redirectReason } from '../../src/core/http-answer.js';
-import { redactUrl } from '../../src/core/redact.js';
+import { classifyAnswer, header, redirectReason } from '../../src/core/http-answer.js';
+import { createHttpHandoff, HttpHandoffFailure } from '../../src/core/http-handoff.js';
 import type { Target } from '../../src/core/target.js';
 
+/** An ingress answers with one short JSON line; more than this is not an ingress's answer. */
+const ANSWER_BYTES = 64 * 1024;
+
 /**
- * POSTs each envelope to an HTTP ingress (`run --source http://…`); the answer is the worker's
- * verdict. A redirect is not followed and not accepted (a 2xx from elsewhere is no ingress's).
+ * POSTs each envelope to an HTTP ingress (`run --source http://…`) over a keep-alive connection
+ * pool of at most `connections` connections; the answer is the worker's verdict. A redirect is
+ * not followed and not accepted (a 2xx from elsewhere is no ingress's).
  */
-export function httpTarget(url: URL, timeoutMs = 10_000): Target {
-  const name = redactUrl(url.href);
+export function httpTarget(url: URL, options: { connections: number; timeoutMs?: number }): Target {
+  const handoff = createHttpHandoff(url, {
+    connections: options.connections,
+    timeoutMs: options.timeoutMs ?? 10_000,
+  });
+  const name = handoff.target;
   return {
     name,
     async send(message) {
-      let response: Response;
+      let answer: Awaited<ReturnType<typeof handoff.post>>;
       try {
-        response = await fetch(url, {
-          method: 'POST',
+        answer = await handoff.post({
           headers: { 'content-type': 'application/json' },
-          body: typeof message.body === 'string' ? message.body : Buffer.from(message.body),
-          redirect: 'manual',
-          signal: AbortSignal.timeout(timeoutMs),
+          body: message.body,
+          readBytes: ANSWER_BYTES,
         });
       } catch (cause) {
-        throw new AdapterError(`POST ${name} failed: ${errorMessage(cause)}`, { cause });
+        const reason = cause instanceof HttpHandoffFailure ? cause.reason : `failed: ${errorMessage(cause)}`;
+        throw new AdapterError(`POST ${name} ${reason}`, { cause });
       }
-      const text = await response.text().catch(() => '');
-      const answer = classifyAnswer(response.status, Object.fromEntries(response.headers), url);
-      const code = codeOf(text);
-      const retryAfter = Number(response.headers.get('retry-after'));
+      const verdict = classifyAnswer(answer.status, answer.headers, url);
+      const code = codeOf(answer.text);
+      const retryAfter = Number(header(answer.headers, 'retry-after'));
       return {
-        accepted: answer.kind === 'delivered',
-        status: response.status,
+        accepted: verdict.kind === 'delivered',
+        status: answer.status,
         detail:
-          answer.kind === 'redirected'
-            ? redirectReason(answer).replace(/^answered /, '')
-            : `HTTP ${response.status}${code ? ` ${code}` : ''}`,
+          verdict.kind === 'redirected'
+            ? redirectReason(verdict).replace(/^answered /, '')
+            : `HTTP ${answer.status}${code ? ` ${code}` : ''}`,
         ...(Number.isFinite(retryAfter) && retryAfter > 0 ? { retryAfterSeconds: retryAfter } : {}),
       };
     },
-    close: async () => {},
+    close: () => handoff.close(),
   };
 }
 

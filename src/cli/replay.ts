@@ -172,7 +172,7 @@ export async function replayCommand(args: string[]): Promise<number> {
   const keyring = loadKeyring(values['secrets-file']);
   const logger = createLogger({ level: process.env.LOG_LEVEL ?? 'warn' }, process.stderr);
   // Opened before the store, so a bad --to fails before anything else is touched.
-  const target = values.to && !values['dry-run'] ? await openTarget(values.to) : undefined;
+  const target = values.to && !values['dry-run'] ? await openTarget(values.to, { concurrency }) : undefined;
   const dedupe = await openDedupe(values.dedupe, { readOnly: values['dry-run'], logger });
 
   if (options.force) {

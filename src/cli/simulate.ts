@@ -81,7 +81,7 @@ export async function simulateCommand(args: string[]): Promise<number> {
   const types = typesMatching('--types', values.types);
   const concurrency = parsePositiveInt('--concurrency', values.concurrency, 16);
   const secret = signingSecret(values['secret-env']);
-  const target = await openTarget(values.to);
+  const target = await openTarget(values.to, { concurrency });
 
   const abort = new AbortController();
   const onSignal = () => abort.abort();

@@ -1,5 +1,6 @@
 import { redact } from '../core/redact.js';
 import type { Target } from '../core/target.js';
+import type { TargetContext } from '../core/transport.js';
 import { specForms, transportFor } from '../transports.js';
 import { UsageError } from './common.js';
 
@@ -11,9 +12,12 @@ export type { Delivery, OutgoingMessage, Target } from '../core/target.js';
  */
 export const TARGET_FORMS = specForms('target');
 
-/** Opens the target a `--to` value names, through the transport registry. Queue SDKs are imported only when used. */
-export async function openTarget(spec: string): Promise<Target> {
+/**
+ * Opens the target a `--to` value names, through the transport registry. Queue SDKs are imported
+ * only when used. `concurrency`: sends in flight at once, at most.
+ */
+export async function openTarget(spec: string, context: TargetContext): Promise<Target> {
   const transport = transportFor(spec, 'target');
   if (!transport?.target) throw new UsageError(`unknown --to "${redact(spec)}": expected ${TARGET_FORMS}`);
-  return transport.target.open(spec);
+  return transport.target.open(spec, context);
 }

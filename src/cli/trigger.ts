@@ -78,7 +78,7 @@ function signedSample(
 
 /** Sends one signed event to `--to`; exit code 0 when the target accepted it. */
 async function sendTo(to: string, signed: SignedEvent, json: boolean): Promise<number> {
-  const target = await openTarget(to);
+  const target = await openTarget(to, { concurrency: 1 });
   try {
     const delivery = await target.send({
       body: signed.raw,

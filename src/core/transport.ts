@@ -43,6 +43,12 @@ export interface SourceContext<Options> {
   readonly consumerGroup: string;
 }
 
+/** What a target is opened with, from the command that opens it. */
+export interface TargetContext {
+  /** Sends in flight at once, at most (`--concurrency`; 1 for `trigger`): bounds an HTTP target's pool. */
+  readonly concurrency: number;
+}
+
 export interface TransportDescriptor<Key extends string = string, Schema extends z.ZodObject = z.ZodObject> {
   /** A short name, e.g. `sqs`, `storage-queue`. */
   readonly name: string;
@@ -68,7 +74,7 @@ export interface TransportDescriptor<Key extends string = string, Schema extends
   readonly target?: {
     /** How a `--to` names it, for the usage text. */
     readonly forms: string;
-    open(spec: string): Promise<Target>;
+    open(spec: string, context: TargetContext): Promise<Target>;
   };
 }
 
