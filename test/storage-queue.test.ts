@@ -273,10 +273,10 @@ describe('StorageQueueAdapter against Azurite', () => {
     ]);
   });
 
-  it('poisonQueue: false dead-letters to the file only', async () => {
+  it('deadLetterQueue: false dead-letters to the file only', async () => {
     const queue = await newQueue();
     await queue.sendMessage(staleEnvelope('daily.data.steps.created').raw);
-    const run = await start(queue, vi.fn(), { adapter: { poisonQueue: false } });
+    const run = await start(queue, vi.fn(), { adapter: { deadLetterQueue: false } });
     await vi.waitFor(() => expect(run.reports).toHaveLength(1), WAIT);
     expect(run.deadLetters()).toHaveLength(1);
     expect(await countOf(queue)).toBe(0);
@@ -610,7 +610,7 @@ describe('storageQueueSourceFromCli', () => {
         logger: createLogger({ level: 'silent' }),
       });
       expect(source.name).toBe(`azure-storage-queue:${queue.name}`);
-      expect(source.poisonQueueName).toBe(`${queue.name}-poison`);
+      expect(source.deadLetterQueueName).toBe(`${queue.name}-poison`);
       const run = await start(queue, vi.fn(), { source });
       await vi.waitFor(() => expect(run.reports).toHaveLength(1), WAIT);
       expect(run.reports[0]?.outcome.kind).toBe('ack');

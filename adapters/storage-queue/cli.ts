@@ -1,6 +1,6 @@
 import { redact } from '../../src/core/redact.js';
 import { defineTransport, importAdapterModule } from '../../src/core/transport.js';
-import { storageQueueTuningSchema } from './settings.js';
+import { storageQueueOptionsSchema } from './options.js';
 
 const SDK = '@azure/storage-queue';
 export const CLI_PREFIX = 'azure-storage-queue:';
@@ -24,7 +24,7 @@ const FORMS =
 export const storageQueueTransport = defineTransport({
   name: 'storage-queue',
   sdk: SDK,
-  options: { key: 'storageQueue', schema: storageQueueTuningSchema.strict() },
+  options: { key: 'storageQueue', schema: storageQueueOptionsSchema.strict() },
   names: isStorageQueueSpec,
   describe: redact,
   source: {
@@ -33,9 +33,9 @@ export const storageQueueTransport = defineTransport({
       const { storageQueueSourceFromCli } = await importAdapterModule(
         SDK,
         'source',
-        () => import('./index.js'),
+        () => import('./adapter.js'),
       );
-      return storageQueueSourceFromCli(spec, { logger, tuning: options });
+      return storageQueueSourceFromCli(spec, { logger, options });
     },
   },
   target: {

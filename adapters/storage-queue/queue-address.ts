@@ -165,7 +165,7 @@ function pipelineOf(client: QueueClient): Pipeline {
   const pipeline = (client as unknown as { readonly pipeline?: unknown }).pipeline;
   if (!isPipelineLike(pipeline)) {
     throw new ConfigError(
-      'cannot derive the poison queue from the given queueClient: pass poisonQueue as a QueueClient (or false)',
+      'cannot derive the poison queue from the given queueClient: pass deadLetterQueue as a QueueClient (or false)',
     );
   }
   return pipeline as Pipeline;

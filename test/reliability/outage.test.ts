@@ -445,7 +445,7 @@ describe('outages: a dependency goes away mid-stream and comes back', () => {
           visibilityTimeoutSeconds: VISIBILITY_SECONDS,
           pollIntervalMs: 20,
           maxPollIntervalMs: 500,
-          poisonQueue: false,
+          deadLetterQueue: false,
           logger: run.logger,
         }),
       );

@@ -90,7 +90,7 @@ async function openSource(): Promise<SourceAdapter<RawMessage>> {
     visibilityTimeoutSeconds: s.visibilitySeconds,
     pollIntervalMs: 20,
     maxPollIntervalMs: 200,
-    poisonQueue: false,
+    deadLetterQueue: false,
     logger,
   });
 }

@@ -1,15 +1,20 @@
+import type { QueueClient } from '@azure/storage-queue';
+import type { Logger } from 'pino';
 import { z } from 'zod';
-import { ConfigError } from '../../src/core/errors.js';
+import { parseAdapterOptions } from '../../src/core/adapter-options.js';
+import type { StorageQueueTarget } from './queue-address.js';
 
 /** Storage Queue's limits: 32 messages per Get Messages call, visibility at most 7 days. */
 export const MAX_MESSAGES_PER_RECEIVE = 32;
 export const MAX_VISIBILITY_SECONDS = 7 * 24 * 3600;
 
 /**
- * The adapter's tunable settings. Every field has a default; `z.input` is what callers pass.
- * The JSDoc here is what editors show for the options.
+ * The Storage Queue adapter's options that a config file may hold (the sidecar's `storageQueue`
+ * section, `PARTNER_EVENTS_STORAGE_QUEUE_*`), each default documented here only: this JSDoc is
+ * what editors show for `StorageQueueAdapterOptions`. Not strict: the adapter's options also name
+ * the queue (the sidecar's section is strict).
  */
-export const storageQueueTuningSchema = z.object({
+export const storageQueueOptionsSchema = z.object({
   /** Messages asked for per receive call, 1–32. Default 32. The consumer's `concurrency` still caps how many run at once. */
   numberOfMessages: z.number().int().min(1).max(MAX_MESSAGES_PER_RECEIVE).default(MAX_MESSAGES_PER_RECEIVE),
   /** How long a received message stays invisible to other consumers, in seconds (1 s – 7 days). Default 30. */
@@ -40,7 +45,7 @@ export const storageQueueTuningSchema = z.object({
 });
 
 /** With the checks across fields. */
-export const storageQueueSettingsSchema = storageQueueTuningSchema.check((ctx) => {
+const storageQueueSettingsSchema = storageQueueOptionsSchema.check((ctx) => {
   const s = ctx.value;
   if (s.heartbeatIntervalSeconds !== undefined && s.heartbeatIntervalSeconds >= s.visibilityTimeoutSeconds) {
     ctx.issues.push({
@@ -60,7 +65,20 @@ export const storageQueueSettingsSchema = storageQueueTuningSchema.check((ctx) =
   }
 });
 
-export type StorageQueueSettingsInput = z.input<typeof storageQueueSettingsSchema>;
+/** What `createStorageQueueAdapter` takes: which queue, the schema's options, and what a file cannot hold. */
+export type StorageQueueAdapterOptions = StorageQueueTarget &
+  z.input<typeof storageQueueOptionsSchema> & {
+    /**
+     * Where dead events go besides the dead-letter file, before they are deleted: a queue name in
+     * the same account, a client of your own, or `false` for none. Default `<queue>-poison` (the
+     * Azure Functions convention), created on first use if missing.
+     */
+    readonly deadLetterQueue?: string | false | QueueClient;
+    /** For logs and dead-letter records. Default `azure-storage-queue:<queue>`. */
+    readonly name?: string;
+    /** A pino logger. Default: pino at `LOG_LEVEL` (info). */
+    readonly logger?: Logger;
+  };
 
 export interface StorageQueueSettings {
   readonly numberOfMessages: number;
@@ -73,13 +91,11 @@ export interface StorageQueueSettings {
 }
 
 /** Validates the settings (a `ConfigError` names each bad field) and fills in the defaults. */
-export function parseStorageQueueSettings(input: StorageQueueSettingsInput): StorageQueueSettings {
-  const result = storageQueueSettingsSchema.safeParse(input);
-  if (!result.success) {
-    throw new ConfigError(`invalid Storage Queue adapter options:\n${z.prettifyError(result.error)}`, {
-      details: { issues: result.error.issues },
-    });
-  }
-  const { heartbeatIntervalSeconds, ...s } = result.data;
+export function parseStorageQueueSettings(input: StorageQueueAdapterOptions): StorageQueueSettings {
+  const { heartbeatIntervalSeconds, ...s } = parseAdapterOptions(
+    storageQueueSettingsSchema,
+    input,
+    'Storage Queue adapter',
+  );
   return { ...s, heartbeatIntervalMs: (heartbeatIntervalSeconds ?? s.visibilityTimeoutSeconds / 3) * 1000 };
 }
