@@ -4,14 +4,17 @@
  *   (a) verify step alone: `verifyMessage` beside Stripe's `constructEvent` and svix's `verify`
  *       on the same body bytes (300 B, 2 KB, 64 KB);
  *   (b) the whole in-process pipeline (MemorySource → Consumer → SQLite dedupe → no-op handler)
- *       beside a bare-loop floor doing the same work, with memory figures.
+ *       beside a bare-loop floor doing the same work, with memory figures;
+ *   (c) the dedupe stores alone;
+ *   (d) the sidecar: `partner-events run --forward` to an app in its own process, from a file and
+ *       from the HTTP ingress, beside floors doing the same operations bare (bench/sidecar.ts).
  *
  * Prints a table per section, then one JSON line with every figure (the last line of output).
  *
  *   npm run bench                       full run (~1 minute on 2 cores)
  *   npm run bench -- --quick            smoke test (a few seconds)
- *   npm run bench -- --only verify      some sections, comma-separated (verify, pipeline, dedupe)
- *   npm run bench -- --sizes 300B,2KB   some sizes
+ *   npm run bench -- --only verify      some sections, comma-separated (verify, pipeline, dedupe, sidecar)
+ *   npm run bench -- --sizes 300B,2KB   some sizes (the sidecar section: 300 B unless given)
  */
 import { fork } from 'node:child_process';
 import { availableParallelism, cpus } from 'node:os';
@@ -20,6 +23,7 @@ import { parseArgs } from 'node:util';
 import { type DedupeBenchRow, runDedupeBench } from './dedupe.js';
 import { SIZES, sizeByLabel } from './fixtures.js';
 import type { PipelineSizeResult, RunSeries } from './pipeline.js';
+import { runSidecarBench, type SidecarRow } from './sidecar.js';
 import { fmtFixed, fmtInt, fmtMiB, sig, table } from './stats.js';
 import { runVerifyBench, type VerifySizeResult, type VerifyTiming } from './verify.js';
 
@@ -32,7 +36,7 @@ const { values } = parseArgs({
 });
 const quick = values.quick;
 const sizes = values.sizes ? values.sizes.split(',').map((s) => sizeByLabel(s.trim()).label) : undefined;
-const SECTIONS = ['verify', 'pipeline', 'dedupe'];
+const SECTIONS = ['verify', 'pipeline', 'dedupe', 'sidecar'];
 const only = values.only?.split(',').map((s) => s.trim());
 const unknownSection = only?.find((s) => !SECTIONS.includes(s));
 if (unknownSection !== undefined) {
@@ -41,9 +45,13 @@ if (unknownSection !== undefined) {
 const runVerify = only === undefined || only.includes('verify');
 const runPipeline = only === undefined || only.includes('pipeline');
 const runDedupe = only === undefined || only.includes('dedupe');
+const runSidecar = only === undefined || only.includes('sidecar');
 
 const VERIFY_GOAL = 1; // ours at least as fast as Stripe's
 const PIPELINE_GOAL = 0.5; // pipeline at least half the floor
+const SIDECAR_FILE_GOAL = 0.7; // run --forward from a file at least 0.7× its floor
+const SIDECAR_INGRESS_GOAL = 0.6; // ingress → forward at least 0.6× its floor
+const SIDECAR_PER_CORE_GOAL = 10_000; // run --forward from a file, events/s per core of CPU at 300 B
 
 const verifyOptions = quick
   ? { warmupMs: 40, rounds: 3, roundMs: 40, pool: 16 }
@@ -249,6 +257,69 @@ if (runDedupe) {
     console.log('    (redis-server not installed: Redis rows skipped)');
 }
 
+// ── (d) the sidecar ─────────────────────────────────────────────────────────────────────────────
+const sidecarResults: SidecarRow[] = [];
+if (runSidecar) {
+  const plan = quick ? { n: 3000, reps: 1 } : { n: 30_000, reps: 3 };
+  console.log(
+    `\n(d) Sidecar: partner-events run --forward to an app in its own process (answers 200) — ${fmtInt(plan.n)} events, ` +
+      `median of ${plan.reps}, --concurrency ${CONCURRENCY}, SQLite dedupe, default log level`,
+  );
+  console.log(
+    '    run file → forward    = run --source file:F (tsx, as a user runs it from the source); log warn: no line per event',
+  );
+  console.log(
+    '    run ingress → forward = run --source http://…, 64 keep-alive senders in their own process, closed loop',
+  );
+  console.log(
+    '    floor                 = the same operations bare: parse, HMAC + timingSafeEqual, parse, zod, SQLite claim,',
+  );
+  console.log(
+    '                            POST over a keep-alive undici Pool, SQLite complete (writes of a turn in one tx)',
+  );
+  console.log(
+    `    measured from the app's ${fmtInt(plan.n / 10)}-th to its ${fmtInt(plan.n)}-th request; CPU = the process's utime+stime`,
+  );
+  for (const size of SIZES) {
+    if (sizes ? !sizes.includes(size.label) : size.label !== '300 B') continue;
+    sidecarResults.push(
+      ...(await runSidecarBench({ ...plan, bytes: size.bytes, size: size.label, concurrency: CONCURRENCY })),
+    );
+  }
+  const floorOf = (r: SidecarRow) =>
+    sidecarResults.find(
+      (f) => f.size === r.size && f.row === (r.row.includes('file') ? 'floor file' : 'floor ingress'),
+    );
+  const srows: string[][] = [
+    ['body', 'row', 'ev/s', 'CPU µs/ev', 'ev/s per core', '÷ floor', 'goal', 'runs ev/s'],
+  ];
+  for (const r of sidecarResults) {
+    const floor = floorOf(r);
+    const isFloor = r.row.startsWith('floor');
+    const ratio = !isFloor && floor ? r.eventsPerSec / floor.eventsPerSec : undefined;
+    const goal = r.row.includes('file') ? SIDECAR_FILE_GOAL : SIDECAR_INGRESS_GOAL;
+    srows.push([
+      r.size,
+      r.row,
+      fmtInt(r.eventsPerSec),
+      fmtFixed(r.cpuUsPerEvent, 1),
+      fmtInt(1e6 / r.cpuUsPerEvent),
+      ratio === undefined ? '' : fmtFixed(ratio, 2),
+      ratio === undefined ? '' : `${ratio >= goal ? 'met' : 'BELOW'} (≥ ${goal})`,
+      r.runs.map((x) => fmtInt(x.eventsPerSec)).join(' / '),
+    ]);
+  }
+  console.log(table(srows));
+  const file300 = sidecarResults.find((r) => r.size === '300 B' && r.row === 'run file → forward');
+  if (file300) {
+    const perCore = 1e6 / file300.cpuUsPerEvent;
+    console.log(
+      `    run file → forward at 300 B: ${fmtInt(perCore)} events/s per core of CPU — ${perCore >= SIDECAR_PER_CORE_GOAL ? 'goal met' : 'BELOW GOAL'} (≥ ${fmtInt(SIDECAR_PER_CORE_GOAL)}); ` +
+        `whole command incl. start and exit: ${fmtFixed((file300.wallMs ?? 0) / 1000, 2)} s`,
+    );
+  }
+}
+
 const totalSeconds = (performance.now() - t0) / 1000;
 console.log(`\nTotal ${totalSeconds.toFixed(1)} s`);
 
@@ -266,7 +337,22 @@ console.log(
     cpuModel: cpu,
     date: new Date().toISOString(),
     totalSeconds: sig(totalSeconds, 3),
-    goals: { verifyOursOverStripe: VERIFY_GOAL, pipelineOverFloor: PIPELINE_GOAL },
+    goals: {
+      verifyOursOverStripe: VERIFY_GOAL,
+      pipelineOverFloor: PIPELINE_GOAL,
+      sidecarFileOverFloor: SIDECAR_FILE_GOAL,
+      sidecarIngressOverFloor: SIDECAR_INGRESS_GOAL,
+      sidecarFileEventsPerCore: SIDECAR_PER_CORE_GOAL,
+    },
+    sidecar: sidecarResults.map((r) => ({
+      size: r.size,
+      row: r.row,
+      n: r.n,
+      eventsPerSec: sig(r.eventsPerSec),
+      cpuUsPerEvent: sig(r.cpuUsPerEvent),
+      runs: r.runs.map((x) => ({ eventsPerSec: sig(x.eventsPerSec), cpuUsPerEvent: sig(x.cpuUsPerEvent) })),
+      ...(r.wallMs === undefined ? {} : { wallMs: sig(r.wallMs) }),
+    })),
     dedupe: dedupeResults.map((r) => ({ store: r.store, mode: r.mode, pairsPerSec: sig(r.pairsPerSec) })),
     verify: verifyResults.map((r) => ({
       size: r.size,
