@@ -46,7 +46,7 @@ adapterContract('Event Hubs', {
           connectionString: hub.connectionString,
           checkpointStore,
           checkpointIntervalMs: 20,
-          poisonHub: poisonHub.name,
+          deadLetterQueue: poisonHub.name,
           logger: silentLogger(),
           // Reconnect for as long as an outage lasts (the SDK's default gives up after 3 tries).
           clientOptions: { retryOptions: { maxRetries: 1000, retryDelayInMs: 100, maxRetryDelayInMs: 100 } },

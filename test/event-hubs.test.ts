@@ -4,9 +4,10 @@ import { type CheckpointStore, EventHubProducerClient } from '@azure/event-hubs'
 import { BlobCheckpointStore } from '@azure/eventhubs-checkpointstore-blob';
 import { ContainerClient } from '@azure/storage-blob';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
+// The class itself (its prototype is spied on below); the public entry exports it as a type.
+import { EventHubsAdapter } from '../adapters/event-hubs/adapter.js';
 import {
   createEventHubsAdapter,
-  EventHubsAdapter,
   type EventHubsAdapterOptions,
   type EventHubsMessage,
   envelopeText,
@@ -292,9 +293,9 @@ describe('Event Hubs adapter against the real SDK', () => {
       (e) => {
         if (e.event_id === event.eventId) throw new Error('poison');
       },
-      { poisonHub: poisonHub.name },
+      { deadLetterQueue: poisonHub.name },
     );
-    expect(worker.adapter.poisonHubName).toBe(poisonHub.name);
+    expect(worker.adapter.deadLetterQueueName).toBe(poisonHub.name);
     await vi.waitFor(() => expect(handledIds(worker.reports)).toEqual([after]), WAIT);
 
     const copies = await poisonHub.events('0');
@@ -331,7 +332,7 @@ describe('Event Hubs adapter against the real SDK', () => {
       { level: 'warn' },
       { write: (line: string) => void logs.push(JSON.parse(line)) },
     );
-    const one = await startWorker(failing, { poisonHub: 'no-such-hub', logger });
+    const one = await startWorker(failing, { deadLetterQueue: 'no-such-hub', logger });
     await vi.waitFor(() => expect(handledIds(one.reports)).toEqual([other]), WAIT);
     await vi.waitFor(() => expect(one.reports.some((r) => r.outcome.kind === 'dead')).toBe(true), WAIT);
     await vi.waitFor(() => expect(logs.map((l) => l.msg)).toContain(COPY_FAILED), WAIT);
@@ -347,7 +348,7 @@ describe('Event Hubs adapter against the real SDK', () => {
     expect(await checkpoints(one.adapter)).toEqual({ 1: 1 }); // nothing of partition 0 settled
 
     const poisonHub = await server.createHub(1);
-    const two = await startWorker(failing, { poisonHub: poisonHub.name });
+    const two = await startWorker(failing, { deadLetterQueue: poisonHub.name });
     await vi.waitFor(() => expect(handledIds(two.reports)).toEqual([after]), WAIT);
     expect(await poisonHub.events('0')).toHaveLength(1);
     await two.stop();
@@ -524,7 +525,7 @@ describe('eventHubsSourceFromCli', () => {
     await adapter.close();
   });
 
-  it('copies dead events to EVENTHUBS_POISON_HUB, which must not be the hub being read', async () => {
+  it('copies dead events to EVENTHUBS_DEAD_LETTER_QUEUE, which must not be the hub being read', async () => {
     const env = {
       EVENTHUBS_CONNECTION_STRING: cs,
       EVENTHUBS_CHECKPOINT_STORE: `sqlite:${join(dir.path, 'cp.db')}`,
@@ -532,15 +533,23 @@ describe('eventHubsSourceFromCli', () => {
     const adapter = eventHubsSourceFromCli(
       'azure-event-hubs:orders',
       {},
-      { ...env, EVENTHUBS_POISON_HUB: 'orders-poison' },
+      { ...env, EVENTHUBS_DEAD_LETTER_QUEUE: 'orders-poison' },
     );
-    expect(adapter.poisonHubName).toBe('orders-poison');
+    expect(adapter.deadLetterQueueName).toBe('orders-poison');
     await adapter.close();
     expect(() =>
-      eventHubsSourceFromCli('azure-event-hubs:orders', {}, { ...env, EVENTHUBS_POISON_HUB: 'orders' }),
+      eventHubsSourceFromCli(
+        'azure-event-hubs:orders',
+        {},
+        { ...env, EVENTHUBS_DEAD_LETTER_QUEUE: 'orders' },
+      ),
     ).toThrow(/is the hub being read/);
     expect(() =>
-      eventHubsSourceFromCli('azure-event-hubs:orders', {}, { ...env, EVENTHUBS_POISON_HUB: 'bad name' }),
+      eventHubsSourceFromCli(
+        'azure-event-hubs:orders',
+        {},
+        { ...env, EVENTHUBS_DEAD_LETTER_QUEUE: 'bad name' },
+      ),
     ).toThrow(ConfigError);
   });
 

@@ -1,10 +1,11 @@
 import { execFileSync, spawnSync } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
+import ts from 'typescript';
 import { beforeAll, describe, expect, it } from 'vitest';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
@@ -108,6 +109,56 @@ describe('the built package', () => {
       ]) {
         expect(packages, entry).not.toContain(sdk);
       }
+    }
+  });
+
+  it("the adapters' published option types show each option's documentation, default included", () => {
+    // What an editor shows for an option: its JSDoc, read through the built .d.ts files.
+    const cases = [
+      ['adapters/sqs', 'SqsAdapterOptions', 'waitTimeSeconds', 'Default 20'],
+      ['adapters/sqs', 'SqsAdapterOptions', 'deadLetterQueue', 'Default: none'],
+      ['adapters/storage-queue', 'StorageQueueAdapterOptions', 'visibilityTimeoutSeconds', 'Default 30'],
+      ['adapters/event-hubs', 'EventHubsAdapterOptions', 'partitionBatchSize', 'Default 50'],
+      ['adapters/event-hubs', 'EventHubsAdapterOptions', 'maxBatchSize', 'Default 100'],
+      ['adapters/http', 'HttpIngressOptions', 'bodyTimeoutMs', 'Default 10 000'],
+      ['adapters/memory', 'MemorySourceOptions', 'endWhenEmpty', 'Default false'],
+      ['adapters/file', 'FileSourceOptions', 'path', 'Required'],
+    ] as const;
+    const probe = join(dist('.'), 'options-probe.ts');
+    writeFileSync(
+      probe,
+      cases
+        .map(
+          ([entry, type], i) =>
+            `import type { ${type} as T${i} } from './${entry}.js';\ndeclare const o${i}: T${i};`,
+        )
+        .join('\n'),
+    );
+    try {
+      const program = ts.createProgram([probe], {
+        module: ts.ModuleKind.NodeNext,
+        moduleResolution: ts.ModuleResolutionKind.NodeNext,
+        strict: true,
+        skipLibCheck: true,
+        noEmit: true,
+      });
+      const checker = program.getTypeChecker();
+      const source = program.getSourceFile(probe);
+      if (!source) throw new Error('the probe was not compiled');
+      const docs = cases.map(([, , option], i) => {
+        const declared = source.statements.find(
+          (s): s is ts.VariableStatement =>
+            ts.isVariableStatement(s) && s.declarationList.declarations[0]?.name.getText(source) === `o${i}`,
+        );
+        const name = declared?.declarationList.declarations[0]?.name;
+        const property = name && checker.getTypeAtLocation(name).getProperty(option);
+        return property ? ts.displayPartsToString(property.getDocumentationComment(checker)) : '';
+      });
+      cases.forEach(([, type, option, expected], i) => {
+        expect(docs[i], `${type}.${option}`).toContain(expected);
+      });
+    } finally {
+      rmSync(probe, { force: true });
     }
   });
 

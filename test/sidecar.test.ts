@@ -92,7 +92,7 @@ describe('sidecar configuration of the queue adapters', () => {
     const file = {
       forward: 'http://127.0.0.1:9/events',
       storageQueue: { numberOfMessages: 7, encoding: 'base64', requestTimeoutMs: 2500 },
-      eventHubs: { poisonHub: 'orders-poison', startPosition: 'latest' },
+      eventHubs: { deadLetterQueue: 'orders-poison', startPosition: 'latest' },
     };
     const env = configFromEnv({
       PARTNER_EVENTS_SQS_BATCH_SIZE: '5',
@@ -117,7 +117,7 @@ describe('sidecar configuration of the queue adapters', () => {
     );
     vi.stubEnv('EVENTHUBS_CHECKPOINT_STORE', `sqlite:${join(dir.path, 'cp.db')}`);
     const hub = await open('azure-event-hubs:orders');
-    expect(hub).toMatchObject({ poisonHubName: 'orders-poison' });
+    expect(hub).toMatchObject({ deadLetterQueueName: 'orders-poison' });
     await hub.close();
   });
 

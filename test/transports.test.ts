@@ -6,6 +6,7 @@ import { readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterEach, describe, expect, it, vi } from 'vitest';
+import type { z } from 'zod';
 import { ConfigError } from '../src/core/errors.js';
 import { importAdapterModule, SpecError } from '../src/core/transport.js';
 import { configLeaves, envName } from '../src/sidecar/config.js';
@@ -78,6 +79,37 @@ describe('the sidecar config, from the registry', () => {
   });
 });
 
+describe('the options docs, from the schemas', () => {
+  it("docs/sidecar.md lists every option of every section with its variable and the schema's default", () => {
+    const rows = new Map<string, string[]>();
+    for (const line of readFileSync(join(ROOT, 'docs/sidecar.md'), 'utf8').split('\n')) {
+      const cells = line.split(/(?<!\\)\|/).map((cell) => cell.trim()); // `\|` is a | inside a cell
+      const key = /^`([\w.]+)`$/.exec(cells[1] ?? '')?.[1];
+      if (key) rows.set(key, cells);
+    }
+    expect(rows.get('sqs.batchSize')?.[5]).toBe('`10`'); // a positive control: the table is read
+    const wrong: string[] = [];
+    for (const transport of TRANSPORTS) {
+      if (!('options' in transport)) continue;
+      const { key: section, schema } = transport.options;
+      for (const [option, field] of Object.entries(schema.shape as Record<string, z.ZodType>)) {
+        const path = `${section}.${option}`;
+        const cells = rows.get(path);
+        if (!cells) {
+          wrong.push(`${path}: no row`);
+          continue;
+        }
+        if (cells[2] !== `\`${envName([section, option])}\``) wrong.push(`${path}: variable ${cells[2]}`);
+        const value = defaultOf(field);
+        const shown = (cells[5] ?? '').replace(/[`\s]/g, '');
+        if (value !== undefined && !shown.includes(String(value)))
+          wrong.push(`${path}: default ${cells[5]}, schema ${value}`);
+      }
+    }
+    expect(wrong).toEqual([]);
+  });
+});
+
 describe('descriptors and SDKs', () => {
   it('a descriptor module loads no SDK, not even through what it imports', () => {
     const loaded = new Set<string>();
@@ -97,6 +129,12 @@ describe('descriptors and SDKs', () => {
     );
   });
 });
+
+/** The default a field's schema fills in, if it has one. */
+function defaultOf(field: z.ZodType): unknown {
+  const def = (field as unknown as { _zod: { def: { type: string; defaultValue?: unknown } } })._zod.def;
+  return def.type === 'default' ? def.defaultValue : undefined;
+}
 
 /**
  * Bare packages a TS module loads when it is imported, following its relative imports. Type-only

@@ -14,12 +14,14 @@ import {
   type TokenCredential,
 } from '@azure/event-hubs';
 import type { Logger } from 'pino';
+import { parseAdapterOptions } from '../../src/core/adapter-options.js';
 import { AdapterError, ConfigError, errorMessage } from '../../src/core/errors.js';
 import { createLogger } from '../../src/core/logger.js';
 import type { Outcome } from '../../src/core/outcome.js';
 import type { RawMessage, SourceAdapter } from '../../src/core/source-adapter.js';
 import { Waker } from '../../src/core/waker.js';
 import { envelopeText } from './body.js';
+import { type EventHubsAdapterOptions, eventHubsAdapterSchema, schemaOptionsOf } from './options.js';
 import { PartitionLane } from './partition-lane.js';
 import { PoisonHub } from './poison-hub.js';
 import { SqliteCheckpointStore } from './sqlite-checkpoint-store.js';
@@ -32,71 +34,6 @@ export interface EventHubsMessage extends RawMessage {
 }
 
 export const DEFAULT_CHECKPOINT_PATH = 'partner-events-checkpoints.db';
-
-export interface EventHubsAdapterOptions {
-  /**
-   * A namespace or hub connection string (`Endpoint=sb://…;SharedAccessKeyName=…;SharedAccessKey=…`
-   * with or without `EntityPath`). Either this, or `fullyQualifiedNamespace` with `credential`.
-   */
-  readonly connectionString?: string;
-  /** `<namespace>.servicebus.windows.net`, with `credential` (e.g. `DefaultAzureCredential`). */
-  readonly fullyQualifiedNamespace?: string;
-  readonly credential?: TokenCredential;
-  /** The hub. Default: the connection string's `EntityPath`; required otherwise. */
-  readonly eventHubName?: string;
-  /** Default `$Default`. Give each independent application its own consumer group. */
-  readonly consumerGroup?: string;
-  /**
-   * Where checkpoints and partition ownership live: a `CheckpointStore` (e.g. `BlobCheckpointStore`
-   * from `@azure/eventhubs-checkpointstore-blob` for several instances), or the path of a SQLite
-   * file. Default: SQLite at `./partner-events-checkpoints.db` (one instance).
-   */
-  readonly checkpointStore?: CheckpointStore | string;
-  /**
-   * Where a partition without a checkpoint starts. Default `'earliest'`: the retained backlog is
-   * handled (dedupe drops what was already handled); `'latest'` skips everything sent before the
-   * first start.
-   */
-  readonly startPosition?: 'earliest' | 'latest' | EventPosition;
-  /**
-   * Events fetched from a partition at a time; the SDK fetches the next batch only once these are
-   * all settled, so memory stays at about this many events per owned partition. Default 50.
-   */
-  readonly partitionBatchSize?: number;
-  /** The SDK's wait to fill a partition batch before handing over what it has, in s. Default 1. */
-  readonly maxWaitTimeInSeconds?: number;
-  /** Write a partition's checkpoint after this many settled events… Default 100. */
-  readonly checkpointEvery?: number;
-  /** …and every this many ms while some are unwritten. Default 5000. On close, always. */
-  readonly checkpointIntervalMs?: number;
-  /**
-   * How instances sharing a checkpoint store split the partitions. Defaults (the SDK's): every
-   * 10 000 ms, an owner's claim expires after 60 000 ms without renewal; strategy `balanced` (one
-   * partition per cycle, least churn when many instances start together), except with the
-   * SQLite store, where it is `greedy` (a single instance takes every partition at once).
-   */
-  readonly loadBalancing?: {
-    readonly strategy?: 'balanced' | 'greedy';
-    readonly updateIntervalMs?: number;
-    readonly partitionOwnershipExpirationIntervalMs?: number;
-  };
-  /** Most messages one `receive` returns (at most one per partition). Default 100. */
-  readonly maxBatchSize?: number;
-  /**
-   * Also send each dead event to this hub (after its dead-letter record is written): the name of
-   * a hub in the same namespace, with the same credentials, or a producer client of your own.
-   * The copy keeps the body byte for byte and adds `partner-events-*` application properties
-   * (code, reason, source partition, sequence number, …). The partition moves past a dead event
-   * only once its copy is accepted. Default: none (the dead-letter file only).
-   */
-  readonly poisonHub?: string | EventHubProducerClient;
-  /** Passed to `EventHubConsumerClient` (retry, web sockets, `identifier` = owner id, …). */
-  readonly clientOptions?: EventHubConsumerClientOptions;
-  /** For logs and dead-letter records. Default `azure-event-hubs:<hub>`. */
-  readonly name?: string;
-  /** Default: pino at `LOG_LEVEL`. */
-  readonly logger?: Logger;
-}
 
 interface Resolved {
   readonly eventHubName: string;
@@ -148,19 +85,22 @@ export class EventHubsAdapter implements SourceAdapter<EventHubsMessage> {
 
   constructor(options: EventHubsAdapterOptions) {
     const eventHubName = hubName(options);
+    const {
+      deadLetterQueue: _hub,
+      maxBatchSize,
+      ...checked
+    } = parseAdapterOptions(eventHubsAdapterSchema, schemaOptionsOf(options), 'Event Hubs adapter');
     this.#options = {
+      ...checked,
       eventHubName,
-      consumerGroup: options.consumerGroup ?? '$Default',
-      startPosition: startPositionOf(options.startPosition ?? 'earliest'),
-      partitionBatchSize: positive('partitionBatchSize', options.partitionBatchSize, 50),
-      maxWaitTimeInSeconds: positive('maxWaitTimeInSeconds', options.maxWaitTimeInSeconds, 1),
-      checkpointEvery: positive('checkpointEvery', options.checkpointEvery, 100),
-      checkpointIntervalMs: positive('checkpointIntervalMs', options.checkpointIntervalMs, 5000),
+      startPosition: startPositionOf(
+        typeof options.startPosition === 'object' ? options.startPosition : checked.startPosition,
+      ),
     };
     this.eventHubName = eventHubName;
     this.consumerGroup = this.#options.consumerGroup;
     this.name = options.name ?? `azure-event-hubs:${eventHubName}`;
-    this.maxBatchSize = positive('maxBatchSize', options.maxBatchSize, 100);
+    this.maxBatchSize = maxBatchSize;
     this.#logger = (options.logger ?? createLogger()).child({ source: this.name });
 
     let store: CheckpointStore;
@@ -204,7 +144,7 @@ export class EventHubsAdapter implements SourceAdapter<EventHubsMessage> {
             store,
             clientOptions,
           );
-      this.#poison = options.poisonHub ? this.#poisonHub(options, options.poisonHub) : undefined;
+      this.#poison = options.deadLetterQueue ? this.#poisonHub(options, options.deadLetterQueue) : undefined;
     } catch (cause) {
       this.#ownStore?.close();
       if (cause instanceof ConfigError) throw cause;
@@ -212,8 +152,8 @@ export class EventHubsAdapter implements SourceAdapter<EventHubsMessage> {
     }
   }
 
-  /** The poison hub's name, or undefined when dead events only go to the dead-letter file. */
-  get poisonHubName(): string | undefined {
+  /** The dead-letter hub's name, or undefined when dead events only go to the dead-letter file. */
+  get deadLetterQueueName(): string | undefined {
     return this.#poison?.name;
   }
 
@@ -325,7 +265,7 @@ export class EventHubsAdapter implements SourceAdapter<EventHubsMessage> {
     const logger = this.#logger;
     if (typeof hub !== 'string') return new PoisonHub(hub, logger);
     if (hub === this.eventHubName) {
-      throw new ConfigError(`poisonHub "${hub}" is the hub being read: dead events would come back`);
+      throw new ConfigError(`deadLetterQueue "${hub}" is the hub being read: dead events would come back`);
     }
     const producer = options.connectionString
       ? new EventHubProducerClient(withoutEntityPath(options.connectionString), hub)
@@ -506,10 +446,4 @@ function startPositionOf(position: 'earliest' | 'latest' | EventPosition): Event
   if (position === 'earliest') return earliestEventPosition;
   if (position === 'latest') return latestEventPosition;
   return position;
-}
-
-function positive(name: string, value: number | undefined, fallback: number): number {
-  if (value === undefined) return fallback;
-  if (!Number.isFinite(value) || value <= 0) throw new ConfigError(`${name} must be a positive number`);
-  return value;
 }

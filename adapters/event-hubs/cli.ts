@@ -1,6 +1,6 @@
 import { redact } from '../../src/core/redact.js';
 import { defineTransport, importAdapterModule } from '../../src/core/transport.js';
-import { eventHubsTuningSchema } from './tuning.js';
+import { eventHubsOptionsSchema } from './options.js';
 
 const SDK = '@azure/event-hubs';
 
@@ -11,8 +11,8 @@ export const ENV_CONNECTION_STRING = 'EVENTHUBS_CONNECTION_STRING';
 export const ENV_NAMESPACE = 'EVENTHUBS_FULLY_QUALIFIED_NAMESPACE';
 /** `sqlite:PATH` (default `sqlite:partner-events-checkpoints.db`) or `blob:CONTAINER_URL`. */
 export const ENV_CHECKPOINT_STORE = 'EVENTHUBS_CHECKPOINT_STORE';
-/** A hub in the same namespace that receives a copy of each dead event (optional). */
-export const ENV_POISON_HUB = 'EVENTHUBS_POISON_HUB';
+/** A hub in the same namespace that receives a copy of each dead event (optional; was `EVENTHUBS_POISON_HUB`). */
+export const ENV_DEAD_LETTER_QUEUE = 'EVENTHUBS_DEAD_LETTER_QUEUE';
 /** With `blob:NAME` (a container name rather than a URL): the storage account's connection string. */
 export const ENV_STORAGE_CONNECTION_STRING = 'AZURE_STORAGE_CONNECTION_STRING';
 
@@ -23,7 +23,7 @@ export const ENV_STORAGE_CONNECTION_STRING = 'AZURE_STORAGE_CONNECTION_STRING';
 export const eventHubsTransport = defineTransport({
   name: 'event-hubs',
   sdk: SDK,
-  options: { key: 'eventHubs', schema: eventHubsTuningSchema },
+  options: { key: 'eventHubs', schema: eventHubsOptionsSchema },
   names: (spec) => spec.startsWith(CLI_SCHEME),
   describe: redact,
   source: {
@@ -34,7 +34,7 @@ export const eventHubsTransport = defineTransport({
         'source',
         () => import('./environment.js'),
       );
-      return eventHubsSourceFromCli(spec, { logger, consumerGroup, tuning: options });
+      return eventHubsSourceFromCli(spec, { logger, consumerGroup, options });
     },
   },
   target: {

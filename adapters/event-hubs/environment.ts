@@ -1,5 +1,6 @@
 import type { Checkpoint, CheckpointStore, PartitionOwnership, TokenCredential } from '@azure/event-hubs';
 import type { Logger } from 'pino';
+import type { z } from 'zod';
 import { definedOnly } from '../../src/core/defined.js';
 import { ConfigError } from '../../src/core/errors.js';
 import { redact } from '../../src/core/redact.js';
@@ -8,22 +9,27 @@ import {
   CLI_SCHEME,
   ENV_CHECKPOINT_STORE,
   ENV_CONNECTION_STRING,
+  ENV_DEAD_LETTER_QUEUE,
   ENV_NAMESPACE,
-  ENV_POISON_HUB,
   ENV_STORAGE_CONNECTION_STRING,
 } from './cli.js';
-import { type EventHubsTuning, HUB_NAME } from './tuning.js';
+import { type eventHubsOptionsSchema, HUB_NAME } from './options.js';
 
 /**
  * The source for `partner-events run --source azure-event-hubs:HUB [--consumer-group NAME]`.
  * Credentials come from the environment: `EVENTHUBS_CONNECTION_STRING`, or
  * `EVENTHUBS_FULLY_QUALIFIED_NAMESPACE` with `@azure/identity`'s `DefaultAzureCredential`
  * (imported on first use, so it is needed only then). The checkpoint store is
- * `EVENTHUBS_CHECKPOINT_STORE`; `EVENTHUBS_POISON_HUB` names a hub for copies of dead events.
+ * `EVENTHUBS_CHECKPOINT_STORE`; `EVENTHUBS_DEAD_LETTER_QUEUE` names a hub for copies of dead events
+ * (the `deadLetterQueue` option wins over it).
  */
 export function eventHubsSourceFromCli(
   spec: string,
-  options: { logger?: Logger; consumerGroup?: string; tuning?: EventHubsTuning } = {},
+  {
+    logger,
+    consumerGroup,
+    options = {},
+  }: { logger?: Logger; consumerGroup?: string; options?: z.input<typeof eventHubsOptionsSchema> } = {},
   env: NodeJS.ProcessEnv = process.env,
 ): EventHubsAdapter {
   if (!spec.startsWith(CLI_SCHEME)) throw new ConfigError(`not an Event Hubs source: "${redact(spec)}"`);
@@ -42,22 +48,22 @@ export function eventHubsSourceFromCli(
     }
     credential = lazyDefaultCredential();
   }
-  const { poisonHub: configuredPoisonHub, ...tuning } = options.tuning ?? {};
-  const poisonHub = configuredPoisonHub ?? env[ENV_POISON_HUB];
-  if (poisonHub && !HUB_NAME.test(poisonHub)) {
-    throw new ConfigError(`${ENV_POISON_HUB}="${poisonHub}": expected an event hub name`);
+  const { deadLetterQueue: configured, ...rest } = options;
+  const deadLetterQueue = configured ?? env[ENV_DEAD_LETTER_QUEUE];
+  if (deadLetterQueue && !HUB_NAME.test(deadLetterQueue)) {
+    throw new ConfigError(`${ENV_DEAD_LETTER_QUEUE}="${deadLetterQueue}": expected an event hub name`);
   }
   const auth = connectionString
     ? { connectionString }
     : { fullyQualifiedNamespace: namespace as string, credential: credential as TokenCredential };
   return createEventHubsAdapter({
-    ...definedOnly(tuning),
+    ...definedOnly(rest),
     ...auth,
     eventHubName,
     checkpointStore: checkpointStoreFromEnv(env, () => (credential ??= lazyDefaultCredential())),
-    ...(options.consumerGroup ? { consumerGroup: options.consumerGroup } : {}),
-    ...(poisonHub ? { poisonHub } : {}),
-    ...(options.logger ? { logger: options.logger } : {}),
+    ...(consumerGroup ? { consumerGroup } : {}),
+    ...(deadLetterQueue ? { deadLetterQueue } : {}),
+    ...(logger ? { logger } : {}),
   });
 }
 

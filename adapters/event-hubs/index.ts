@@ -6,8 +6,7 @@
 export {
   createEventHubsAdapter,
   DEFAULT_CHECKPOINT_PATH,
-  EventHubsAdapter,
-  type EventHubsAdapterOptions,
+  type EventHubsAdapter,
   type EventHubsMessage,
 } from './adapter.js';
 export { envelopeText } from './body.js';
@@ -15,10 +14,11 @@ export {
   CLI_SCHEME,
   ENV_CHECKPOINT_STORE,
   ENV_CONNECTION_STRING,
+  ENV_DEAD_LETTER_QUEUE,
   ENV_NAMESPACE,
-  ENV_POISON_HUB,
   ENV_STORAGE_CONNECTION_STRING,
 } from './cli.js';
 export { eventHubsSourceFromCli, lazyBlobCheckpointStore } from './environment.js';
+export type { EventHubsAdapterOptions } from './options.js';
 export { type DeadEventInfo, POISON_PROPERTIES } from './poison-hub.js';
 export { SqliteCheckpointStore, type SqliteCheckpointStoreOptions } from './sqlite-checkpoint-store.js';

@@ -3,7 +3,7 @@ import { AdapterError, ConfigError, errorMessage } from '../../src/core/errors.j
 import { redact } from '../../src/core/redact.js';
 import type { Delivery, OutgoingMessage, Target } from '../../src/core/target.js';
 import { CLI_SCHEME, ENV_CONNECTION_STRING } from './cli.js';
-import { HUB_NAME } from './tuning.js';
+import { HUB_NAME } from './options.js';
 
 /**
  * `--to azure-event-hubs:HUB` with `EVENTHUBS_CONNECTION_STRING`: one event per envelope, its body

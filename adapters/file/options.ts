@@ -1,11 +1,15 @@
 import { z } from 'zod';
 
-/** The file source's options, each default documented here only. */
-export const fileSourceOptionsSchema = z.strictObject({
+// The shape apart from the schema, so that the published types keep each option's JSDoc.
+const fileSourceOptionsShape = {
   /** A JSONL file: one envelope per line, or dead-letter records written by this kit. Required. */
   path: z.string().min(1),
   /** For logs and dead-letter records. Default `file:<path>`. */
   name: z.string().min(1).optional(),
-});
+};
+
+/** The file source's options, each default documented here only. */
+export const fileSourceOptionsSchema: z.ZodObject<typeof fileSourceOptionsShape, z.core.$strict> =
+  z.strictObject(fileSourceOptionsShape);
 
 export type FileSourceOptions = z.input<typeof fileSourceOptionsSchema>;

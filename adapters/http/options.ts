@@ -1,8 +1,8 @@
 import { z } from 'zod';
 import { DEFAULT_MAX_ENVELOPE_BYTES } from '../../src/core/envelope.js';
 
-/** The HTTP ingress's options, each default documented here only. */
-export const httpIngressOptionsSchema = z.strictObject({
+// The shape apart from the schema, so that the published types keep each option's JSDoc.
+const httpIngressOptionsShape = {
   /** Interface to bind. Default `127.0.0.1`; `0.0.0.0` to accept from other hosts. */
   host: z.string().min(1).default('127.0.0.1'),
   /** Port; 0 picks a free one (see `url`). Required. */
@@ -26,7 +26,11 @@ export const httpIngressOptionsSchema = z.strictObject({
    * acknowledgment timeout.
    */
   bodyTimeoutMs: z.number().int().positive().default(10_000),
-});
+};
+
+/** The HTTP ingress's options, each default documented here only. */
+export const httpIngressOptionsSchema: z.ZodObject<typeof httpIngressOptionsShape, z.core.$strict> =
+  z.strictObject(httpIngressOptionsShape);
 
 export type HttpIngressOptions = z.input<typeof httpIngressOptionsSchema>;
 export type ResolvedHttpIngressOptions = z.output<typeof httpIngressOptionsSchema>;

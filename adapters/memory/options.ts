@@ -1,7 +1,7 @@
 import { z } from 'zod';
 
-/** The memory source's options, each default documented here only. */
-export const memorySourceOptionsSchema = z.strictObject({
+// The shape apart from the schema, so that the published types keep each option's JSDoc.
+const memorySourceOptionsShape = {
   /** For logs and dead-letter records. Default `memory`. */
   name: z.string().min(1).default('memory'),
   /** `receive` returns `null` (source exhausted) once nothing is queued, delayed or in flight. Default false. */
@@ -10,6 +10,10 @@ export const memorySourceOptionsSchema = z.strictObject({
   now: z
     .custom<() => number>((value) => typeof value === 'function', 'must be a function')
     .default(() => Date.now),
-});
+};
+
+/** The memory source's options, each default documented here only. */
+export const memorySourceOptionsSchema: z.ZodObject<typeof memorySourceOptionsShape, z.core.$strict> =
+  z.strictObject(memorySourceOptionsShape);
 
 export type MemorySourceOptions = z.input<typeof memorySourceOptionsSchema>;

@@ -9,11 +9,8 @@ export const SQS_MAX_BATCH = 10;
 /** SQS caps a visibility timeout at 12 hours. */
 export const SQS_MAX_VISIBILITY_SECONDS = 43_200;
 
-/**
- * The SQS adapter's options that a config file may hold (the sidecar's `sqs` section,
- * `PARTNER_EVENTS_SQS_*`), each default documented here only.
- */
-export const sqsOptionsSchema = z.strictObject({
+// The shape apart from the schema, so that the published types keep each option's JSDoc.
+const sqsOptionsShape = {
   /**
    * An SQS queue that dead events are also sent to (the body exactly as received, with message
    * attributes `partner_events_code`, `partner_events_reason`, …), before the message is deleted.
@@ -62,7 +59,14 @@ export const sqsOptionsSchema = z.strictObject({
    * Default 3.
    */
   settleAttempts: z.number().int().min(1).max(10).default(3),
-});
+};
+
+/**
+ * The SQS adapter's options that a config file may hold (the sidecar's `sqs` section,
+ * `PARTNER_EVENTS_SQS_*`), each default documented here only.
+ */
+export const sqsOptionsSchema: z.ZodObject<typeof sqsOptionsShape, z.core.$strict> =
+  z.strictObject(sqsOptionsShape);
 
 /** What `createSqsAdapter` takes: the schema's options, plus what a config file cannot hold. */
 export type SqsAdapterOptions = z.input<typeof sqsOptionsSchema> & {

@@ -8,13 +8,8 @@ import type { StorageQueueTarget } from './queue-address.js';
 export const MAX_MESSAGES_PER_RECEIVE = 32;
 export const MAX_VISIBILITY_SECONDS = 7 * 24 * 3600;
 
-/**
- * The Storage Queue adapter's options that a config file may hold (the sidecar's `storageQueue`
- * section, `PARTNER_EVENTS_STORAGE_QUEUE_*`), each default documented here only: this JSDoc is
- * what editors show for `StorageQueueAdapterOptions`. Not strict: the adapter's options also name
- * the queue (the sidecar's section is strict).
- */
-export const storageQueueOptionsSchema = z.object({
+// The shape apart from the schema, so that the published types keep each option's JSDoc.
+const storageQueueOptionsShape = {
   /** Messages asked for per receive call, 1–32. Default 32. The consumer's `concurrency` still caps how many run at once. */
   numberOfMessages: z.number().int().min(1).max(MAX_MESSAGES_PER_RECEIVE).default(MAX_MESSAGES_PER_RECEIVE),
   /** How long a received message stays invisible to other consumers, in seconds (1 s – 7 days). Default 30. */
@@ -42,7 +37,16 @@ export const storageQueueOptionsSchema = z.object({
    * heartbeat or settle for good.
    */
   requestTimeoutMs: z.number().int().positive().default(10_000),
-});
+};
+
+/**
+ * The Storage Queue adapter's options that a config file may hold (the sidecar's `storageQueue`
+ * section, `PARTNER_EVENTS_STORAGE_QUEUE_*`), each default documented here only: this JSDoc is
+ * what editors show for `StorageQueueAdapterOptions`. Not strict: the adapter's options also name
+ * the queue (the sidecar's section is strict).
+ */
+export const storageQueueOptionsSchema: z.ZodObject<typeof storageQueueOptionsShape, z.core.$strip> =
+  z.object(storageQueueOptionsShape);
 
 /** With the checks across fields. */
 const storageQueueSettingsSchema = storageQueueOptionsSchema.check((ctx) => {
