@@ -2,9 +2,9 @@ import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { createTestEnvelope, forgedEnvelope, staleEnvelope } from '../src/consumer/testing.js';
-import { runCli, startApp, startCli } from './support/cli.js';
+import { runCli, runReplay, startApp, startCli } from './support/cli.js';
 import { tempDir } from './support/harness.js';
-import { deadRecord, jsonLines, writeJsonl as writeRecords } from './support/records.js';
+import { deadRecord, jsonLines, readJsonl, writeJsonl as writeRecords } from './support/records.js';
 
 let dir: ReturnType<typeof tempDir>;
 beforeEach(() => {
@@ -122,10 +122,9 @@ describe('partner-events replay', () => {
         deadRecord(forged.raw),
       ]);
       const dedupe = `sqlite:${join(dir.path, 'dedupe.db')}`;
-      const result = await runCli(['replay', file, '--forward', app.url, '--dedupe', dedupe, '--json']);
+      const result = await runReplay(file, ['--forward', app.url, '--dedupe', dedupe]);
       expect(result.code).toBe(1); // the forgery was rejected
-      const lines = jsonLines(result.stdout);
-      const summary = lines.at(-1);
+      const summary = result.summary;
       expect(summary).toMatchObject({ total: 4, forwarded: 2, duplicates: 1, rejected: 1, failed: 0 });
       expect(app.received.map((r) => r.body).sort()).toEqual([old.envelope.body, nudge.envelope.body].sort());
       const hr = app.received.find((r) => r.headers['partner-event-id'] === old.eventId);
@@ -133,13 +132,13 @@ describe('partner-events replay', () => {
       expect(hr?.headers['content-type']).toBe('application/json');
       // The new dead-letter file holds exactly the event that still fails.
       const deadFile = String(summary?.dead_letter_file);
-      const stillDead = jsonLines(readFileSync(deadFile, 'utf8'));
+      const stillDead = readJsonl(deadFile);
       expect(stillDead).toHaveLength(1);
       expect(stillDead[0]).toMatchObject({ code: 'SIGNATURE_MISMATCH', raw: forged.raw });
 
       // Replaying again never double-applies: everything verified is a duplicate now.
-      const again = await runCli(['replay', file, '--forward', app.url, '--dedupe', dedupe, '--json']);
-      expect(jsonLines(again.stdout).at(-1)).toMatchObject({ forwarded: 0, duplicates: 3, rejected: 1 });
+      const again = await runReplay(file, ['--forward', app.url, '--dedupe', dedupe]);
+      expect(again.summary).toMatchObject({ forwarded: 0, duplicates: 3, rejected: 1 });
       expect(app.received).toHaveLength(2);
     } finally {
       await app.close();
@@ -152,28 +151,23 @@ describe('partner-events replay', () => {
       const event = createTestEnvelope('daily.data.steps.created');
       const file = writeJsonl('dead.jsonl', [deadRecord(event.raw)]);
       const deadLetter = join(dir.path, 'still-failing.jsonl');
-      const result = await runCli([
-        'replay',
-        file,
+      const result = await runReplay(file, [
         '--forward',
         app.url,
-        '--dedupe',
-        'memory',
         '--dead-letter',
         deadLetter,
         '--attempts',
         '2',
-        '--json',
       ]);
       expect(result.code).toBe(1);
-      expect(jsonLines(result.stdout).at(-1)).toMatchObject({
+      expect(result.summary).toMatchObject({
         total: 1,
         forwarded: 0,
         failed: 1,
         dead_letter_file: deadLetter,
       });
       expect(app.received).toHaveLength(2);
-      expect(jsonLines(readFileSync(deadLetter, 'utf8'))[0]).toMatchObject({
+      expect(readJsonl(deadLetter)[0]).toMatchObject({
         raw: event.raw,
         code: 'HANDLER_FAILED',
       });
@@ -189,17 +183,8 @@ describe('partner-events replay', () => {
         signedAt: Math.floor(Date.now() / 1000) - 7200,
       });
       const file = writeJsonl('dead.jsonl', [deadRecord(old.raw)]);
-      const result = await runCli([
-        'replay',
-        file,
-        '--forward',
-        app.url,
-        '--dedupe',
-        'memory',
-        '--json',
-        '--check-age',
-      ]);
-      expect(jsonLines(result.stdout).at(-1)).toMatchObject({ rejected: 1, forwarded: 0 });
+      const result = await runReplay(file, ['--forward', app.url, '--check-age']);
+      expect(result.summary).toMatchObject({ rejected: 1, forwarded: 0 });
       expect(app.received).toHaveLength(0);
     } finally {
       await app.close();
@@ -215,24 +200,15 @@ describe('partner-events replay', () => {
         forgedEnvelope('daily.data.steps.created').raw,
       ]);
       const dedupe = `sqlite:${join(dir.path, 'dedupe.db')}`;
-      const dry = await runCli([
-        'replay',
-        file,
-        '--forward',
-        app.url,
-        '--dedupe',
-        dedupe,
-        '--dry-run',
-        '--json',
-      ]);
-      const lines = jsonLines(dry.stdout);
+      const dry = await runReplay(file, ['--forward', app.url, '--dedupe', dedupe, '--dry-run']);
+      const lines = dry.lines;
       expect(lines[0]).toMatchObject({ line: 1, action: 'forward', event_id: event.eventId });
       expect(lines[1]).toMatchObject({ line: 2, action: 'reject', code: 'SIGNATURE_MISMATCH' });
       expect(lines.at(-1)).toMatchObject({ dry_run: true, would_forward: 1, rejected: 1 });
       expect(app.received).toHaveLength(0);
       // Nothing was claimed: a real replay still forwards the event.
-      const real = await runCli(['replay', file, '--forward', app.url, '--dedupe', dedupe, '--json']);
-      expect(jsonLines(real.stdout).at(-1)).toMatchObject({ forwarded: 1 });
+      const real = await runReplay(file, ['--forward', app.url, '--dedupe', dedupe]);
+      expect(real.summary).toMatchObject({ forwarded: 1 });
     } finally {
       await app.close();
     }
@@ -256,16 +232,15 @@ describe('partner-events replay', () => {
       signedAt,
     });
     const file = writeJsonl('dead.jsonl', [deadRecord(event.raw, { enqueuedAt: signedAt * 1000 + 1000 })]);
-    const args = ['replay', file, '--dedupe', 'memory', '--secrets-file', secrets, '--json'];
-    const dry = await runCli([...args, '--dry-run']);
-    expect(jsonLines(dry.stdout)[0]).toMatchObject({ action: 'forward', key_id: 'old' });
+    const dry = await runReplay(file, ['--secrets-file', secrets, '--dry-run']);
+    expect(dry.lines[0]).toMatchObject({ action: 'forward', key_id: 'old' });
   });
 
   it('--dry-run does not create a dedupe database that does not exist', async () => {
     const file = writeJsonl('dead.jsonl', [deadRecord(createTestEnvelope('daily.data.steps.created').raw)]);
     const db = join(dir.path, 'never-created.db');
-    const dry = await runCli(['replay', file, '--dedupe', `sqlite:${db}`, '--dry-run', '--json']);
-    expect(jsonLines(dry.stdout).at(-1)).toMatchObject({ would_forward: 1 });
+    const dry = await runReplay(file, ['--dedupe', `sqlite:${db}`, '--dry-run']);
+    expect(dry.summary).toMatchObject({ would_forward: 1 });
     expect(existsSync(db)).toBe(false);
   });
 
@@ -302,12 +277,8 @@ describe('partner-events run', () => {
         deadLetter,
       ]);
       expect(result.code).toBe(0);
-      expect(app.received.map((r) => r.headers['partner-event-id']).sort()).toEqual(
-        [a.eventId, b.eventId].sort(),
-      );
-      expect(jsonLines(readFileSync(deadLetter, 'utf8'))).toEqual([
-        expect.objectContaining({ code: 'TIMESTAMP_TOO_OLD' }),
-      ]);
+      expect(app.eventIds().sort()).toEqual([a.eventId, b.eventId].sort());
+      expect(readJsonl(deadLetter)).toEqual([expect.objectContaining({ code: 'TIMESTAMP_TOO_OLD' })]);
     } finally {
       await app.close();
     }
@@ -388,10 +359,7 @@ export default {
       codes.push((await runCli(args, { env: { PARTNER_EVENTS_LEASE_MS: '100' } })).code ?? -1);
     }
     expect(codes).toEqual([70, 70, 70, 0]);
-    const records = readFileSync(deadLetters, 'utf8')
-      .trim()
-      .split('\n')
-      .map((l) => JSON.parse(l));
+    const records = readJsonl(deadLetters);
     expect(records).toHaveLength(1);
     expect(records[0]).toMatchObject({ event_id: poison.eventId, code: 'HANDLER_ABANDONED' });
     expect(readFileSync(handled, 'utf8').trim().split('\n')).toEqual([before.eventId, after.eventId]);

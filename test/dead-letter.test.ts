@@ -8,7 +8,7 @@ import { createHash } from 'node:crypto';
 import { existsSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import fc from 'fast-check';
-import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { createConsumer } from '../src/consumer/consumer.js';
 import { createJsonlDeadLetters } from '../src/consumer/dead-letter-sink.js';
 import { createTestEnvelope, TEST_SIGNING_SECRET } from '../src/consumer/testing.js';
@@ -17,9 +17,9 @@ import { appendLine } from '../src/core/durable-append.js';
 import { VerificationError } from '../src/core/errors.js';
 import { silentLogger } from '../src/core/logger.js';
 import { configFromEnv, resolveSidecarConfig } from '../src/sidecar/config.js';
-import { runCli, startApp, startCli } from './support/cli.js';
+import { postEnvelope as post, runCli, runReplay, startApp, startRun } from './support/cli.js';
 import { tempDir } from './support/harness.js';
-import { jsonLines } from './support/records.js';
+import { jsonLines, readJsonl } from './support/records.js';
 
 let dir: ReturnType<typeof tempDir>;
 beforeEach(() => {
@@ -27,19 +27,11 @@ beforeEach(() => {
 });
 afterEach(() => dir.cleanup());
 
-/** The file's lines, each parsed; fails on a line that is not whole JSON or a missing final newline. */
-function wholeLines(path: string): Record<string, unknown>[] {
-  const text = readFileSync(path, 'utf8');
-  expect(text.endsWith('\n')).toBe(true);
-  return text
-    .slice(0, -1)
-    .split('\n')
-    .map((line) => JSON.parse(line) as Record<string, unknown>);
-}
-
-async function post(url: string, body: string) {
-  const res = await fetch(url, { method: 'POST', body, headers: { 'content-type': 'application/json' } });
-  return { status: res.status, body: (await res.json()) as Record<string, unknown> };
+/** `run` with an HTTP ingress that forwards to `app` and writes its dead letters to `deadLetter`. */
+function startWorker(app: { url: string }, deadLetter: string) {
+  return startRun(['--source', 'http://127.0.0.1:0/events', '--forward', app.url, '--dedupe', 'memory'], {
+    env: { PARTNER_EVENTS_DEAD_LETTER: deadLetter },
+  });
 }
 
 /** A validly signed event that fails its schema (dead at once, full raw kept), padded to `bytes`. */
@@ -53,41 +45,34 @@ describe('a dead letter cut short by a file-size limit', () => {
   it('is not acked as dead-lettered, leaves only whole lines, and the next record gets its own line', async () => {
     const app = await startApp();
     const deadLetter = join(dir.path, 'dead.jsonl');
-    const cli = startCli(
-      ['run', '--source', 'http://127.0.0.1:0/events', '--forward', app.url, '--dedupe', 'memory'],
-      { env: { LOG_LEVEL: 'info', PARTNER_EVENTS_DEAD_LETTER: deadLetter } },
-    );
+    const cli = await startWorker(app, deadLetter);
     try {
-      const logs = () => jsonLines(cli.output());
-      await vi.waitFor(() => expect(logs().some((l) => l.msg === 'consumer started')).toBe(true), {
-        timeout: 15_000,
-        interval: 25,
-      });
-      const ingress = String(logs().find((l) => l.msg === 'listening for envelopes')?.ingress);
       // A real limit on the running worker (after start-up, so tsx's cache is not limited):
       // writes past 100 KiB fail with EFBIG (Node ignores SIGXFSZ) or come back short.
       execFileSync('prlimit', [`--pid=${cli.child.pid}`, '--fsize=102400:102400']);
 
       const first = deadOnArrival(1000);
-      expect(await post(ingress, first.raw)).toMatchObject({ status: 422, body: { code: 'SCHEMA_INVALID' } });
+      expect(await post(cli.ingress, first.raw)).toMatchObject({
+        status: 422,
+        body: { code: 'SCHEMA_INVALID' },
+      });
       const big = deadOnArrival(300_000);
-      const refused = await post(ingress, big.raw);
+      const refused = await post(cli.ingress, big.raw);
       expect(refused.status).toBe(503);
       expect(refused.body).toMatchObject({ outcome: 'retry', reason: 'dead-letter sink unavailable' });
-      expect(wholeLines(deadLetter).map((r) => r.event_id)).toEqual([first.eventId]);
+      expect(readJsonl(deadLetter).map((r) => r.event_id)).toEqual([first.eventId]);
 
       const next = deadOnArrival(1000);
-      expect(await post(ingress, next.raw)).toMatchObject({ status: 422 });
-      const records = wholeLines(deadLetter);
+      expect(await post(cli.ingress, next.raw)).toMatchObject({ status: 422 });
+      const records = readJsonl(deadLetter);
       expect(records.map((r) => r.event_id)).toEqual([first.eventId, next.eventId]);
       expect(records[1]?.raw).toBe(next.raw);
-      const failed = logs().find((l) => l.msg === 'dead-letter write failed: will retry');
+      const failed = cli.logs().find((l) => l.msg === 'dead-letter write failed: will retry');
       expect(String(failed?.err)).toMatch(
         /cannot append to .*dead\.jsonl: .*\(.*bytes written, then removed\)/,
       );
     } finally {
-      cli.child.kill('SIGTERM');
-      await cli.done;
+      await cli.stop();
       await app.close();
     }
   });
@@ -119,7 +104,7 @@ describe('appending a line', () => {
       sink.write(record('b', 10)),
       sink.write(record('c', 70_000)),
     ]);
-    expect(wholeLines(path).map((r) => r.message_id)).toEqual(['a', 'b', 'c']);
+    expect(readJsonl(path).map((r) => r.message_id)).toEqual(['a', 'b', 'c']);
   });
 
   it('replay --to file: appends through the same path (a torn target line is ended first)', async () => {
@@ -158,24 +143,15 @@ describe('dead letters of messages that never verified are stored bounded', () =
   it('through the HTTP ingress, dead.jsonl grows at most 1.4 bytes per byte received, for any input', async () => {
     const app = await startApp();
     const deadLetter = join(dir.path, 'dead.jsonl');
-    const cli = startCli(
-      ['run', '--source', 'http://127.0.0.1:0/events', '--forward', app.url, '--dedupe', 'memory'],
-      { env: { LOG_LEVEL: 'info', PARTNER_EVENTS_DEAD_LETTER: deadLetter } },
-    );
+    const cli = await startWorker(app, deadLetter);
     try {
-      const logs = () => jsonLines(cli.output());
-      await vi.waitFor(() => expect(logs().some((l) => l.msg === 'consumer started')).toBe(true), {
-        timeout: 15_000,
-        interval: 25,
-      });
-      const ingress = String(logs().find((l) => l.msg === 'listening for envelopes')?.ingress);
       const sizeOf = () => (existsSync(deadLetter) ? statSync(deadLetter).size : 0);
       const ratios: Record<string, number> = {};
       // Below the 64 KiB prefix (kept whole), and up to the ingress's 1 MiB limit (a prefix kept).
       for (const size of [60 * 1024, 1024 * 1024 - 4]) {
         for (const { name, body } of hostileBodies(size)) {
           const before = sizeOf();
-          const res = await fetch(ingress, { method: 'POST', body });
+          const res = await fetch(cli.ingress, { method: 'POST', body });
           expect(res.status, name).toBe(422);
           const grown = sizeOf() - before;
           ratios[`${name} ${body.length}`] = grown / body.length;
@@ -184,7 +160,7 @@ describe('dead letters of messages that never verified are stored bounded', () =
       }
       const worst = Object.entries(ratios).sort(([, a], [, b]) => b - a)[0];
       console.info(`RELIABILITY ${JSON.stringify({ scenario: 'dead-letter-growth', worst, ratios })}`);
-      const records = wholeLines(deadLetter);
+      const records = readJsonl(deadLetter);
       expect(records).toHaveLength(20);
       for (const record of records) {
         expect(record.event_id).toBeNull();
@@ -195,8 +171,7 @@ describe('dead letters of messages that never verified are stored bounded', () =
       }
       expect(records.filter((r) => r.raw_truncated)).toHaveLength(10);
     } finally {
-      cli.child.kill('SIGTERM');
-      await cli.done;
+      await cli.stop();
       await app.close();
     }
   });
@@ -262,7 +237,7 @@ describe('dead letters of messages that never verified are stored bounded', () =
     const result = await consumer.process({ id: 'm1', body: new Uint8Array(received), attempt: 1 });
     expect(result.outcome).toMatchObject({ kind: 'dead', code: 'SCHEMA_INVALID' });
     await consumer.stop();
-    const [record] = wholeLines(path);
+    const [record] = readJsonl(path);
     expect(record).toMatchObject({ event_id: event.eventId, raw_encoding: 'utf8' });
     expect(record?.raw_truncated).toBeUndefined();
     expect(Buffer.from(String(record?.raw), 'utf8').equals(received)).toBe(true);
@@ -278,7 +253,7 @@ describe('dead letters of messages that never verified are stored bounded', () =
     });
     await consumer.process({ id: 'm1', body: 'not an envelope at all', attempt: 1 });
     await consumer.stop();
-    expect(wholeLines(path)[0]).toMatchObject({ raw: 'not an env', raw_truncated: true, raw_bytes: 22 });
+    expect(readJsonl(path)[0]).toMatchObject({ raw: 'not an env', raw_truncated: true, raw_bytes: 22 });
 
     const config = resolveSidecarConfig({
       file: { source: 'file:x', forward: 'http://127.0.0.1:9/' },
@@ -313,20 +288,10 @@ describe('a truncated dead letter is refused, never re-driven', () => {
     const app = await startApp();
     try {
       const failed = join(dir.path, 'failed.jsonl');
-      const result = await runCli([
-        'replay',
-        file,
-        '--forward',
-        app.url,
-        '--dedupe',
-        'memory',
-        '--dead-letter',
-        failed,
-        '--json',
-      ]);
+      const result = await runReplay(file, ['--forward', app.url, '--dead-letter', failed]);
       expect(result.code).toBe(1);
       expect(app.received).toEqual([]);
-      const [line, summary] = jsonLines(result.stdout);
+      const [line, summary] = result.lines;
       expect(line).toMatchObject({
         outcome: 'dead',
         code: 'DEAD_LETTER_TRUNCATED',
@@ -334,7 +299,7 @@ describe('a truncated dead letter is refused, never re-driven', () => {
       });
       expect(String(line?.reason)).toContain(`of the message's ${Buffer.byteLength(event.raw)} bytes`);
       expect(summary).toMatchObject({ rejected: 1, failure_codes: { DEAD_LETTER_TRUNCATED: 1 } });
-      const [again] = wholeLines(failed);
+      const [again] = readJsonl(failed);
       expect(again).toMatchObject({
         code: 'DEAD_LETTER_TRUNCATED',
         raw_truncated: true,
@@ -343,17 +308,8 @@ describe('a truncated dead letter is refused, never re-driven', () => {
         raw: record.raw,
       });
 
-      const dry = await runCli([
-        'replay',
-        file,
-        '--forward',
-        app.url,
-        '--dedupe',
-        'memory',
-        '--dry-run',
-        '--json',
-      ]);
-      expect(jsonLines(dry.stdout)[0]).toMatchObject({ action: 'reject', code: 'DEAD_LETTER_TRUNCATED' });
+      const dry = await runReplay(file, ['--forward', app.url, '--dry-run']);
+      expect(dry.lines[0]).toMatchObject({ action: 'reject', code: 'DEAD_LETTER_TRUNCATED' });
       expect(dry.code).toBe(1);
     } finally {
       await app.close();

@@ -2,7 +2,6 @@
  * `partner-events replay`'s ops features, run as a child process: filters, --force, --rate, the
  * report by code, and --to (re-injecting the original envelopes into real local queues).
  */
-import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { ReceiveMessageCommand } from '@aws-sdk/client-sqs';
 import { QueueClient } from '@azure/storage-queue';
@@ -11,11 +10,11 @@ import { envelopeText } from '../adapters/event-hubs/body.js';
 import { createTestEnvelope, forgedEnvelope } from '../src/consumer/testing.js';
 import { createSqliteDedupe } from '../src/dedupe/sqlite.js';
 import { Azurite } from './support/azurite.js';
-import { runCli, startApp } from './support/cli.js';
+import { runCli, runReplay, startApp } from './support/cli.js';
 import { EventHubsBroker } from './support/event-hubs-broker.js';
 import { createQueue, type FauxqsServer, fauxqsClient, fauxqsEnv, startFauxqs } from './support/fauxqs.js';
 import { tempDir } from './support/harness.js';
-import { deadRecord, jsonLines, writeJsonl } from './support/records.js';
+import { deadRecord, jsonLines, readJsonl, writeJsonl } from './support/records.js';
 
 let dir: ReturnType<typeof tempDir>;
 beforeEach(() => {
@@ -39,8 +38,7 @@ describe('replay filters', () => {
       late.raw, // a bare envelope: no recorded code
       'not json',
     ]);
-    const dry = (...flags: string[]) =>
-      runCli(['replay', file, '--dry-run', '--dedupe', 'memory', '--json', ...flags]);
+    const dry = (...flags: string[]) => runReplay(file, ['--dry-run', ...flags]);
     const ids = (out: string) =>
       jsonLines(out)
         .filter((l) => 'action' in l)
@@ -48,7 +46,7 @@ describe('replay filters', () => {
 
     const byType = await dry('--type', 'daily.data.*');
     expect(ids(byType.stdout)).toEqual([hr.eventId, steps.eventId, late.eventId]);
-    expect(jsonLines(byType.stdout).at(-1)).toMatchObject({ total: 3, filtered_out: 2 });
+    expect(byType.summary).toMatchObject({ total: 3, filtered_out: 2 });
 
     const byCode = await dry('--code', 'handler_failed', '--type', '*.created');
     expect(ids(byCode.stdout)).toEqual([hr.eventId, nudge.eventId]);
@@ -67,30 +65,17 @@ describe('replay filters', () => {
     // The real replay honours the same filters; the unselected records are not in the new file.
     const app = await startApp();
     try {
-      const result = await runCli([
-        'replay',
-        file,
-        '--forward',
-        app.url,
-        '--dedupe',
-        'memory',
-        '--json',
-        '--type',
-        'daily.data.heart_rate.created',
-        '--type',
-        'coach.*',
-      ]);
+      const flags = ['--forward', app.url, '--type', 'daily.data.heart_rate.created', '--type', 'coach.*'];
+      const result = await runReplay(file, flags);
       expect(result.code).toBe(0);
-      expect(jsonLines(result.stdout).at(-1)).toMatchObject({
+      expect(result.summary).toMatchObject({
         total: 2,
         forwarded: 2,
         filtered_out: 3,
         dead_letter_file: null,
         by_code: { HANDLER_FAILED: { forwarded: 2 } },
       });
-      expect(app.received.map((r) => r.headers['partner-event-id']).sort()).toEqual(
-        [hr.eventId, nudge.eventId].sort(),
-      );
+      expect(app.eventIds().sort()).toEqual([hr.eventId, nudge.eventId].sort());
     } finally {
       await app.close();
     }
@@ -136,7 +121,7 @@ describe('replay report, --force and --rate', () => {
         },
         failure_codes: { HANDLER_FAILED: 1, SIGNATURE_MISMATCH: 1 },
       });
-      const still = jsonLines(readFileSync(String(summary?.dead_letter_file), 'utf8'));
+      const still = readJsonl(String(summary?.dead_letter_file));
       expect(still.map((r) => r.raw).sort()).toEqual([refused.raw, forged.raw].sort());
 
       const text = await runCli([...args, '--dead-letter', join(dir.path, 'again.jsonl')]);
@@ -159,19 +144,19 @@ describe('replay report, --force and --rate', () => {
     const dedupe = `sqlite:${join(dir.path, 'dedupe.db')}`;
     const app = await startApp();
     try {
-      const args = ['replay', file, '--forward', app.url, '--dedupe', dedupe, '--json'];
-      expect(jsonLines((await runCli(args)).stdout).at(-1)).toMatchObject({ forwarded: 2, duplicates: 1 });
-      expect(jsonLines((await runCli(args)).stdout).at(-1)).toMatchObject({ forwarded: 0, duplicates: 3 });
+      const flags = ['--forward', app.url, '--dedupe', dedupe];
+      expect((await runReplay(file, flags)).summary).toMatchObject({ forwarded: 2, duplicates: 1 });
+      expect((await runReplay(file, flags)).summary).toMatchObject({ forwarded: 0, duplicates: 3 });
       expect(app.received).toHaveLength(2);
 
-      const dry = await runCli([...args, '--dry-run', '--force']);
-      expect(jsonLines(dry.stdout)[0]).toMatchObject({ action: 'forward', forced: true });
+      const dry = await runReplay(file, [...flags, '--dry-run', '--force']);
+      expect(dry.lines[0]).toMatchObject({ action: 'forward', forced: true });
 
-      const forced = await runCli([...args, '--force']);
+      const forced = await runReplay(file, [...flags, '--force']);
       expect(forced.code).toBe(0);
       expect(forced.stderr).toContain('WARNING --force');
       expect(forced.stderr).toContain('re-driving an event the dedupe store marks as done');
-      expect(jsonLines(forced.stdout).at(-1)).toMatchObject({ forwarded: 2, duplicates: 1, forced: 2 });
+      expect(forced.summary).toMatchObject({ forwarded: 2, duplicates: 1, forced: 2 });
       expect(app.received).toHaveLength(4);
     } finally {
       await app.close();
@@ -191,16 +176,7 @@ describe('replay report, --force and --rate', () => {
       return 204;
     });
     try {
-      const result = await runCli([
-        'replay',
-        file,
-        '--forward',
-        app.url,
-        '--dedupe',
-        'memory',
-        '--rate',
-        '10/s',
-      ]);
+      const result = await runReplay(file, ['--forward', app.url, '--rate', '10/s']);
       expect(result.code).toBe(0);
       expect(arrivals).toHaveLength(5);
       // 5 events at 10/s: slots 100 ms apart, so at least 400 ms from the first to the last.
@@ -246,11 +222,11 @@ describe('replay --to', () => {
         deadRecord(forged.raw),
       ]);
       const to = `sqs:${queue.url}`;
-      const result = await runCli(['replay', file, '--to', to, '--dedupe', dedupe, '--json'], {
+      const result = await runReplay(file, ['--to', to, '--dedupe', dedupe], {
         env: fauxqsEnv(fauxqs.endpoint),
       });
       expect(result.code).toBe(1); // the forgery
-      expect(jsonLines(result.stdout).at(-1)).toMatchObject({
+      expect(result.summary).toMatchObject({
         total: 5,
         injected: 2,
         forwarded: 0,
@@ -261,12 +237,15 @@ describe('replay --to', () => {
       const bodies = await drain(client, queue.url);
       expect(bodies.sort()).toEqual([oddRaw, fresh.raw].sort());
 
-      const forced = await runCli(
-        ['replay', file, '--to', to, '--dedupe', dedupe, '--json', '--force', '--event-id', done.eventId],
-        { env: fauxqsEnv(fauxqs.endpoint) },
+      const forced = await runReplay(
+        file,
+        ['--to', to, '--dedupe', dedupe, '--force', '--event-id', done.eventId],
+        {
+          env: fauxqsEnv(fauxqs.endpoint),
+        },
       );
       expect(forced.stderr).toContain('WARNING --force');
-      expect(jsonLines(forced.stdout).at(-1)).toMatchObject({ injected: 1, forced: 1, filtered_out: 4 });
+      expect(forced.summary).toMatchObject({ injected: 1, forced: 1, filtered_out: 4 });
       expect(await drain(client, queue.url)).toEqual([done.raw]);
       // The store forgot it, so the worker handles the re-injected copy instead of acking a duplicate.
       const store = createSqliteDedupe({ path: join(dir.path, 'dedupe.db') });
@@ -285,28 +264,16 @@ describe('replay --to', () => {
     const event = createTestEnvelope('daily.data.steps.created');
     const file = writeJsonl(dir.path, 'dead.jsonl', [deadRecord(event.raw)]);
     const deadLetter = join(dir.path, 'still.jsonl');
-    const result = await runCli(
-      [
-        'replay',
-        file,
-        '--to',
-        `sqs:${fauxqs.endpoint}/000000000000/no-such-queue`,
-        '--dedupe',
-        'memory',
-        '--attempts',
-        '1',
-        '--dead-letter',
-        deadLetter,
-        '--json',
-      ],
-      { env: fauxqsEnv(fauxqs.endpoint) },
-    );
+    const missing = `sqs:${fauxqs.endpoint}/000000000000/no-such-queue`;
+    const result = await runReplay(file, ['--to', missing, '--attempts', '1', '--dead-letter', deadLetter], {
+      env: fauxqsEnv(fauxqs.endpoint),
+    });
     expect(result.code).toBe(1);
-    expect(jsonLines(result.stdout).at(-1)).toMatchObject({
+    expect(result.summary).toMatchObject({
       failed: 1,
       failure_codes: { HANDLER_FAILED: 1 },
     });
-    expect(jsonLines(readFileSync(deadLetter, 'utf8'))[0]).toMatchObject({ raw: event.raw });
+    expect(readJsonl(deadLetter)[0]).toMatchObject({ raw: event.raw });
   });
 
   it('re-injects into an HTTP ingress; a 4xx verdict is final, not retried', async () => {
@@ -315,8 +282,8 @@ describe('replay --to', () => {
     const app = await startApp((req) => (req.body === bad.raw ? 422 : 200));
     try {
       const file = writeJsonl(dir.path, 'dead.jsonl', [deadRecord(good.raw), deadRecord(bad.raw)]);
-      const result = await runCli(['replay', file, '--to', app.url, '--dedupe', 'memory', '--json']);
-      expect(jsonLines(result.stdout).at(-1)).toMatchObject({
+      const result = await runReplay(file, ['--to', app.url]);
+      expect(result.summary).toMatchObject({
         injected: 1,
         failed: 1,
         failure_codes: { HANDLER_REQUESTED_DEAD_LETTER: 1 },

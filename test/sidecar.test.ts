@@ -8,9 +8,8 @@ import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { createTestEnvelope, forgedEnvelope, TEST_SIGNING_SECRET } from '../src/consumer/testing.js';
 import { ConfigError } from '../src/core/errors.js';
 import { silentLogger } from '../src/core/logger.js';
-import { runCli, startApp, startCli } from './support/cli.js';
+import { postEnvelope as post, runCli, runWithConfig, startApp, startRun } from './support/cli.js';
 import { tempDir } from './support/harness.js';
-import { jsonLines } from './support/records.js';
 import { HAS_REDIS, RedisServer } from './support/redis-server.js';
 
 let dir: ReturnType<typeof tempDir>;
@@ -19,24 +18,19 @@ beforeEach(() => {
 });
 afterEach(() => dir.cleanup());
 
-type LogLine = { msg?: string; [k: string]: unknown };
-
-/** Starts `run` with info logs on stdout; resolves once its ingress and ops endpoints are up. */
-async function startSidecar(args: string[], env: NodeJS.ProcessEnv = {}) {
-  const cli = startCli(['run', '--ops-port', '0', ...args], {
-    env: { LOG_LEVEL: 'info', PARTNER_EVENTS_DEAD_LETTER: join(dir.path, 'dead.jsonl'), ...env },
+/**
+ * Starts `run` with an HTTP ingress forwarding to `forward`, its ops endpoints on a free port and
+ * its dead letters in the test's directory; resolves once both are up.
+ */
+function startSidecar(
+  forward: string,
+  options: { dedupe?: string; args?: string[]; env?: NodeJS.ProcessEnv } = {},
+) {
+  const { dedupe = 'memory', args = [], env = {} } = options;
+  const ingress = ['--source', 'http://127.0.0.1:0/events', '--forward', forward, '--dedupe', dedupe];
+  return startRun(['--ops-port', '0', ...ingress, ...args], {
+    env: { PARTNER_EVENTS_DEAD_LETTER: join(dir.path, 'dead.jsonl'), ...env },
   });
-  const logs = () => jsonLines(cli.output()) as LogLine[];
-  const find = (msg: string) => logs().find((l) => l.msg?.startsWith(msg));
-  await vi.waitFor(() => expect(find('consumer started')).toBeDefined(), { timeout: 15_000, interval: 25 });
-  const ingress = String(find('listening for envelopes')?.ingress ?? '');
-  const ops = String(find('operations endpoints')?.ops ?? '');
-  return { ...cli, logs, find, ingress, ops };
-}
-
-async function post(url: string, body: string) {
-  const res = await fetch(url, { method: 'POST', body, headers: { 'content-type': 'application/json' } });
-  return { status: res.status, body: (await res.json()) as Record<string, unknown> };
 }
 
 function metric(text: string, name: string, labels = ''): number {
@@ -46,12 +40,10 @@ function metric(text: string, name: string, labels = ''): number {
 
 describe('sidecar configuration', () => {
   it('names the field, its environment variable and the problem, before anything connects', async () => {
-    const config = join(dir.path, 'worker.yaml');
-    writeFileSync(
-      config,
+    const result = await runWithConfig(
+      join(dir.path, 'worker.yaml'),
       'source: file:/nowhere\nconcurrency: many\nretry:\n  maxAttemps: 3\nforward: not a url\n',
     );
-    const result = await runCli(['run', '--config', config]);
     expect(result.code).toBe(2);
     expect(result.stderr).toContain('CONFIG_INVALID');
     expect(result.stderr).toContain('concurrency (PARTNER_EVENTS_CONCURRENCY)');
@@ -64,15 +56,13 @@ describe('sidecar configuration', () => {
     try {
       const events = join(dir.path, 'events.jsonl');
       writeFileSync(events, `${createTestEnvelope('daily.data.steps.created').raw}\n`);
-      const config = join(dir.path, 'worker.json');
-      writeFileSync(
-        config,
-        JSON.stringify({ source: 'file:/does/not/exist', forward: { url: 'http://127.0.0.1:9/x' } }),
-      );
       // The file's source is overridden by the environment, its forward URL by a flag.
-      const result = await runCli(['run', '--config', config, '--forward', app.url, '--dedupe', 'memory'], {
-        env: { PARTNER_EVENTS_SOURCE: `file:${events}` },
-      });
+      const result = await runWithConfig(
+        join(dir.path, 'worker.json'),
+        JSON.stringify({ source: 'file:/does/not/exist', forward: { url: 'http://127.0.0.1:9/x' } }),
+        ['--forward', app.url, '--dedupe', 'memory'],
+        { env: { PARTNER_EVENTS_SOURCE: `file:${events}` } },
+      );
       expect(result.code).toBe(0);
       expect(app.received).toHaveLength(1);
     } finally {
@@ -141,14 +131,7 @@ describe('sidecar configuration of the queue adapters', () => {
 describe('sidecar with HTTP ingress', () => {
   it('forwards verified events, answers each sender with its outcome, and counts it all in /metrics', async () => {
     const app = await startApp();
-    const sidecar = await startSidecar([
-      '--source',
-      'http://127.0.0.1:0/events',
-      '--forward',
-      app.url,
-      '--dedupe',
-      'memory',
-    ]);
+    const sidecar = await startSidecar(app.url);
     try {
       const a = createTestEnvelope('daily.data.heart_rate.created');
       const b = createTestEnvelope('coach.nudge.created');
@@ -169,9 +152,7 @@ describe('sidecar with HTTP ingress', () => {
         status: 422,
         body: { outcome: 'rejected', code: 'MALFORMED_ENVELOPE' },
       });
-      expect(app.received.map((r) => r.headers['partner-event-id']).sort()).toEqual(
-        [a.eventId, b.eventId].sort(),
-      );
+      expect(app.eventIds().sort()).toEqual([a.eventId, b.eventId].sort());
       expect(app.received[0]?.headers['partner-event-attempt']).toBe('1');
 
       const metrics = await (await fetch(`${sidecar.ops}/metrics`)).text();
@@ -205,8 +186,7 @@ describe('sidecar with HTTP ingress', () => {
       });
       expect(sidecar.output()).not.toContain(TEST_SIGNING_SECRET);
     } finally {
-      sidecar.child.kill('SIGTERM');
-      await sidecar.done;
+      await sidecar.stop();
       await app.close();
     }
   });
@@ -232,26 +212,17 @@ describe('sidecar with HTTP ingress', () => {
 
   it('SIGTERM mid-batch: every request gets a definite answer and nothing acked went unforwarded', async () => {
     const app = await startApp();
-    const sidecar = await startSidecar([
-      '--source',
-      'http://127.0.0.1:0/events',
-      '--forward',
-      app.url,
-      '--dedupe',
-      'memory',
-      '--concurrency',
-      '4',
-    ]);
+    const sidecar = await startSidecar(app.url, { args: ['--concurrency', '4'] });
     const events = Array.from({ length: 40 }, () => createTestEnvelope('daily.data.steps.created'));
     const answers = events.map((e) => post(sidecar.ingress, e.raw).catch(() => ({ status: 0, body: {} })));
     await vi.waitFor(() => expect(app.received.length).toBeGreaterThan(0), { interval: 5 });
-    sidecar.child.kill('SIGTERM');
+    const stopped = sidecar.stop();
     const settled = await Promise.all(answers);
-    const result = await sidecar.done;
+    const result = await stopped;
     await app.close();
     expect(result.code).toBe(0);
     const acked = new Set(events.filter((_, i) => settled[i]?.status === 200).map((e) => e.eventId));
-    const forwarded = new Set(app.received.map((r) => String(r.headers['partner-event-id'])));
+    const forwarded = new Set(app.eventIds());
     // Acked means forwarded; everything else was told to retry (503) or could not connect (0).
     for (const id of acked) expect(forwarded.has(id)).toBe(true);
     expect(settled.every((s) => [200, 503, 0].includes(s?.status ?? -1))).toBe(true);
@@ -263,19 +234,10 @@ describe('sidecar with HTTP ingress', () => {
     const secrets = join(dir.path, 'secrets.json');
     const write = (keys: object[]) => writeFileSync(secrets, JSON.stringify({ keys }));
     write([{ id: 'old', secret: 'the-old-signing-secret' }]);
-    const sidecar = await startSidecar(
-      [
-        '--source',
-        'http://127.0.0.1:0/events',
-        '--forward',
-        app.url,
-        '--dedupe',
-        'memory',
-        '--secrets-file',
-        secrets,
-      ],
-      { PARTNER_EVENTS_SIGNING_SECRET: '' },
-    );
+    const sidecar = await startSidecar(app.url, {
+      args: ['--secrets-file', secrets],
+      env: { PARTNER_EVENTS_SIGNING_SECRET: '' },
+    });
     const signed = (secret: string) => createTestEnvelope('daily.data.steps.created', { secret }).raw;
     try {
       expect((await post(sidecar.ingress, signed('the-old-signing-secret'))).status).toBe(200);
@@ -302,8 +264,7 @@ describe('sidecar with HTTP ingress', () => {
       await vi.waitFor(() => expect(keys()).toEqual(['old', 'new', 'old', 'new']));
       expect(sidecar.output()).not.toContain('the-old-signing-secret');
     } finally {
-      sidecar.child.kill('SIGTERM');
-      await sidecar.done;
+      await sidecar.stop();
       await app.close();
     }
   });
@@ -313,14 +274,7 @@ describe('sidecar with HTTP ingress', () => {
     async () => {
       const redis = await RedisServer.start();
       const app = await startApp();
-      const sidecar = await startSidecar([
-        '--source',
-        'http://127.0.0.1:0/events',
-        '--forward',
-        app.url,
-        '--dedupe',
-        redis.url,
-      ]);
+      const sidecar = await startSidecar(app.url, { dedupe: redis.url });
       try {
         const ready = async () => (await fetch(`${sidecar.ops}/readyz`)).status;
         await vi.waitFor(async () => expect(await ready()).toBe(200), { timeout: 5000 });
@@ -337,8 +291,7 @@ describe('sidecar with HTTP ingress', () => {
           200,
         );
       } finally {
-        sidecar.child.kill('SIGTERM');
-        await sidecar.done;
+        await sidecar.stop();
         await app.close();
         await redis.stop();
       }

@@ -1,8 +1,12 @@
 import { type ChildProcess, spawn } from 'node:child_process';
-import { createServer, type IncomingHttpHeaders } from 'node:http';
+import { writeFileSync } from 'node:fs';
+import { createServer, type IncomingHttpHeaders, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import type { Readable } from 'node:stream';
 import { fileURLToPath } from 'node:url';
+import { expect, vi } from 'vitest';
 import { TEST_SIGNING_SECRET } from '../../src/consumer/testing.js';
+import { jsonLines } from './records.js';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const MAIN = fileURLToPath(new URL('../../src/cli/main.ts', import.meta.url));
@@ -13,25 +17,27 @@ export interface CliResult {
   stderr: string;
 }
 
-/**
- * Spawns the CLI the way a user would (`partner-events ...`), from the source via tsx. `main`:
- * the CLI of another copy of the tree (default this one's).
- */
-export function startCli(
-  args: string[],
-  options: { env?: NodeJS.ProcessEnv; input?: string; cwd?: string; main?: string } = {},
-) {
-  const child = spawn(process.execPath, ['--import', 'tsx', options.main ?? MAIN, ...args], {
-    cwd: options.cwd ?? ROOT,
-    env: {
-      ...process.env,
-      PARTNER_EVENTS_SIGNING_SECRET: TEST_SIGNING_SECRET,
-      LOG_LEVEL: 'warn',
-      PARTNER_EVENTS_OPS_PORT: '-1', // tests that want the ops endpoints ask for port 0
-      ...options.env,
-    },
-    stdio: ['pipe', 'pipe', 'pipe'],
-  });
+export interface CliOptions {
+  env?: NodeJS.ProcessEnv;
+  input?: string;
+  cwd?: string;
+  /** The CLI of another copy of the tree (default this one's). */
+  main?: string;
+}
+
+/** The environment the tests run the CLI with: the test signing secret, warnings only, no ops port. */
+export function cliEnv(env: NodeJS.ProcessEnv = {}): NodeJS.ProcessEnv {
+  return {
+    ...process.env,
+    PARTNER_EVENTS_SIGNING_SECRET: TEST_SIGNING_SECRET,
+    LOG_LEVEL: 'warn',
+    PARTNER_EVENTS_OPS_PORT: '-1', // tests that want the ops endpoints ask for port 0
+    ...env,
+  };
+}
+
+/** Gathers a child's stdout and stderr; `done` resolves with them and the exit code once it closed. */
+export function collectOutput(child: ChildProcess & { stdout: Readable; stderr: Readable }) {
   let stdout = '';
   let stderr = '';
   child.stdout.setEncoding('utf8').on('data', (d: string) => {
@@ -40,27 +46,93 @@ export function startCli(
   child.stderr.setEncoding('utf8').on('data', (d: string) => {
     stderr += d;
   });
-  child.stdin.end(options.input ?? '');
   const done = new Promise<CliResult>((resolve) => {
     child.on('close', (code) => resolve({ code, stdout, stderr }));
   });
-  return { child, done, output: () => stdout };
+  return { done, output: () => stdout };
 }
 
-export function runCli(
-  args: string[],
-  options: { env?: NodeJS.ProcessEnv; input?: string; cwd?: string; main?: string } = {},
-) {
+/** Spawns the CLI the way a user would (`partner-events ...`), from the source via tsx. */
+export function startCli(args: string[], options: CliOptions = {}) {
+  const child = spawn(process.execPath, ['--import', 'tsx', options.main ?? MAIN, ...args], {
+    cwd: options.cwd ?? ROOT,
+    env: cliEnv(options.env),
+    stdio: ['pipe', 'pipe', 'pipe'],
+  });
+  const output = collectOutput(child);
+  child.stdin.end(options.input ?? '');
+  return { child, ...output };
+}
+
+export function runCli(args: string[], options: CliOptions = {}) {
   return startCli(args, options).done;
 }
 
+export type LogLine = { msg?: string; [k: string]: unknown };
+
+/**
+ * Starts `partner-events run ARGS` with info logs on stdout; resolves once its consumer started,
+ * with the URLs it logged on the way: its HTTP ingress and (with an ops port) its ops endpoints.
+ * `stop()` sends SIGTERM and resolves with the result.
+ */
+export async function startRun(args: string[], options: CliOptions = {}) {
+  const cli = startCli(['run', ...args], { ...options, env: { LOG_LEVEL: 'info', ...options.env } });
+  const logs = () => jsonLines(cli.output()) as LogLine[];
+  const find = (msg: string) => logs().find((l) => l.msg?.startsWith(msg));
+  const stop = () => {
+    cli.child.kill('SIGTERM');
+    return cli.done;
+  };
+  try {
+    await vi.waitFor(() => expect(find('consumer started')).toBeDefined(), { timeout: 15_000, interval: 25 });
+  } catch (error) {
+    await stop();
+    throw error;
+  }
+  const ingress = String(find('listening for envelopes')?.ingress ?? '');
+  const ops = String(find('operations endpoints')?.ops ?? '');
+  return { ...cli, logs, find, stop, ingress, ops };
+}
+
+/** POSTs an envelope to a worker's HTTP ingress: the status and the JSON answer. */
+export async function postEnvelope(url: string, body: string) {
+  const res = await fetch(url, { method: 'POST', body, headers: { 'content-type': 'application/json' } });
+  return { status: res.status, body: (await res.json()) as Record<string, unknown> };
+}
+
+/** Writes a worker config file, then runs `partner-events run --config PATH ...args`. */
+export function runWithConfig(path: string, text: string, args: string[] = [], options: CliOptions = {}) {
+  writeFileSync(path, text);
+  return runCli(['run', '--config', path, ...args], options);
+}
+
+export interface ReplayResult extends CliResult {
+  /** What --json printed: a line per record, the summary last. */
+  lines: Record<string, unknown>[];
+  summary: Record<string, unknown> | undefined;
+}
+
+/** `partner-events replay FILE ...flags --json`, with the in-memory dedupe store unless the flags name one. */
+export async function runReplay(
+  file: string,
+  flags: string[],
+  options: CliOptions = {},
+): Promise<ReplayResult> {
+  const dedupe = flags.includes('--dedupe') ? [] : ['--dedupe', 'memory'];
+  const result = await runCli(['replay', file, ...flags, ...dedupe, '--json'], options);
+  const lines = jsonLines(result.stdout);
+  return { ...result, lines, summary: lines.at(-1) };
+}
+
 export interface ReceivedRequest {
+  method: string;
+  path: string;
   headers: IncomingHttpHeaders;
   body: string;
 }
 
-/** A stand-in for the partner's app on 127.0.0.1: answers each POST with `respond(req)`. */
-export async function startApp(respond: (req: ReceivedRequest) => number = () => 204) {
+/** An HTTP server on 127.0.0.1 that records every request, then has `answer` respond to it. */
+export async function startServer(answer: (req: ReceivedRequest, res: ServerResponse) => void) {
   const received: ReceivedRequest[] = [];
   const server = createServer((req, res) => {
     let body = '';
@@ -68,18 +140,26 @@ export async function startApp(respond: (req: ReceivedRequest) => number = () =>
       body += d;
     });
     req.on('end', () => {
-      const r = { headers: req.headers, body };
+      const r = { method: req.method ?? '', path: req.url ?? '', headers: req.headers, body };
       received.push(r);
-      res.writeHead(respond(r)).end();
+      answer(r, res);
     });
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address() as AddressInfo;
+  const origin = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
   return {
-    url: `http://127.0.0.1:${port}/events`,
+    origin,
+    url: `${origin}/events`,
     received,
+    /** The partner-event-id header of each request, in the order they came. */
+    eventIds: () => received.map((r) => String(r.headers['partner-event-id'])),
     close: () => new Promise<void>((resolve) => server.close(() => resolve())),
   };
+}
+
+/** A stand-in for the partner's app on 127.0.0.1: answers each POST with `respond(req)`. */
+export function startApp(respond: (req: ReceivedRequest) => number = () => 204) {
+  return startServer((req, res) => res.writeHead(respond(req)).end());
 }
 
 export function killed(child: ChildProcess): boolean {

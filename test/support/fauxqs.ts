@@ -69,6 +69,26 @@ export async function createQueue(
   return { url: QueueUrl, name };
 }
 
+/**
+ * A fresh queue on an emulator of its own: the client, the queue, the environment a CLI child
+ * needs to reach it; `close()` destroys the client and stops the emulator.
+ */
+export async function startFauxqsQueue(prefix: string) {
+  const fauxqs = await startFauxqs();
+  const client = fauxqsClient(fauxqs.endpoint);
+  const close = async () => {
+    client.destroy();
+    await fauxqs.close();
+  };
+  try {
+    const queue = await createQueue(client, prefix);
+    return { endpoint: fauxqs.endpoint, client, queue, env: fauxqsEnv(fauxqs.endpoint), close };
+  } catch (error) {
+    await close();
+    throw error;
+  }
+}
+
 /** Visible / in flight / delayed message counts of a queue. */
 export async function sqsCounts(
   client: SQSClient,

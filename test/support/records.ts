@@ -1,5 +1,6 @@
-import { writeFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { expect } from 'vitest';
 import { deadLetterRecord } from '../../src/core/dead-letter-record.js';
 import type { ErrorCode } from '../../src/core/errors.js';
 
@@ -10,6 +11,19 @@ export function jsonLines(text: string): Record<string, unknown>[] {
     .split('\n')
     .filter((l) => l.startsWith('{'))
     .map((l) => JSON.parse(l) as Record<string, unknown>);
+}
+
+/**
+ * A JSONL file's records (dead letters, a replay's failed file): fails on a line that is not
+ * whole JSON or a missing final newline.
+ */
+export function readJsonl(path: string): Record<string, unknown>[] {
+  const text = readFileSync(path, 'utf8');
+  expect(text.endsWith('\n')).toBe(true);
+  return text
+    .slice(0, -1)
+    .split('\n')
+    .map((line) => JSON.parse(line) as Record<string, unknown>);
 }
 
 export function writeJsonl(dir: string, name: string, lines: readonly string[]): string {
