@@ -12,9 +12,9 @@ import { createFileSource } from '../adapters/file/index.js';
 import { createTestEnvelope } from '../src/consumer/testing.js';
 import { deadLetterRecord } from '../src/core/dead-letter-record.js';
 import { Azurite } from './support/azurite.js';
-import { runCli, startApp, startCli } from './support/cli.js';
+import { expectReceived, runCli, startApp, startRun } from './support/cli.js';
 import { EventHubsBroker } from './support/event-hubs-broker.js';
-import { createQueue, fauxqsClient, fauxqsEnv, startFauxqs } from './support/fauxqs.js';
+import { startFauxqsQueue } from './support/fauxqs.js';
 import { tempDir } from './support/harness.js';
 
 let dir: ReturnType<typeof tempDir>;
@@ -41,21 +41,15 @@ describe('run --source azure-storage-queue:NAME', () => {
     ];
     for (const e of events) await queue.sendMessage(e.raw);
     const app = await startApp();
-    const cli = startCli(
-      ['run', '--source', 'azure-storage-queue:cli-events', '--forward', app.url, '--dedupe', 'memory'],
-      {
-        env: { AZURE_STORAGE_CONNECTION_STRING: azurite.connectionString },
-      },
+    const worker = await startRun(
+      ['--source', 'azure-storage-queue:cli-events', '--forward', app.url, '--dedupe', 'memory'],
+      { env: { AZURE_STORAGE_CONNECTION_STRING: azurite.connectionString } },
     );
     try {
-      await vi.waitFor(() => expect(app.received).toHaveLength(2), { timeout: 15_000 });
-      expect(app.received.map((r) => r.headers['partner-event-id']).sort()).toEqual(
-        events.map((e) => e.eventId).sort(),
-      );
+      await expectReceived(app, events);
       await vi.waitFor(async () => expect((await queue.getProperties()).approximateMessagesCount).toBe(0));
     } finally {
-      cli.child.kill('SIGTERM');
-      expect((await cli.done).code).toBe(0);
+      expect((await worker.stop()).code).toBe(0);
       await app.close();
     }
   });
@@ -63,36 +57,27 @@ describe('run --source azure-storage-queue:NAME', () => {
 
 describe('run --source sqs:QUEUE_URL', () => {
   it('consumes an SQS queue through the SDK’s standard endpoint and credential settings', async () => {
-    const fauxqs = await startFauxqs();
-    const client = fauxqsClient(fauxqs.endpoint);
+    const sqs = await startFauxqsQueue('cli');
     const app = await startApp();
     try {
-      const queue = await createQueue(client, 'cli');
       const events = [
         createTestEnvelope('daily.data.hrv.created'),
         createTestEnvelope('daily.data.weight.created'),
       ];
       for (const e of events)
-        await client.send(new SendMessageCommand({ QueueUrl: queue.url, MessageBody: e.raw }));
-      const cli = startCli(
-        ['run', '--source', `sqs:${queue.url}`, '--forward', app.url, '--dedupe', 'memory'],
-        {
-          env: fauxqsEnv(fauxqs.endpoint),
-        },
+        await sqs.client.send(new SendMessageCommand({ QueueUrl: sqs.queue.url, MessageBody: e.raw }));
+      const worker = await startRun(
+        ['--source', `sqs:${sqs.queue.url}`, '--forward', app.url, '--dedupe', 'memory'],
+        { env: sqs.env },
       );
       try {
-        await vi.waitFor(() => expect(app.received).toHaveLength(2), { timeout: 15_000 });
-        expect(app.received.map((r) => r.headers['partner-event-id']).sort()).toEqual(
-          events.map((e) => e.eventId).sort(),
-        );
+        await expectReceived(app, events);
       } finally {
-        cli.child.kill('SIGTERM');
-        expect((await cli.done).code).toBe(0);
+        expect((await worker.stop()).code).toBe(0);
       }
     } finally {
-      client.destroy();
       await app.close();
-      await fauxqs.close();
+      await sqs.close();
     }
   });
 });
@@ -129,8 +114,8 @@ describe('run --source azure-event-hubs:HUB', () => {
       ];
       broker.publish('0', events[0]?.raw ?? '');
       broker.publish('1', events[1]?.raw ?? '');
-      const cli = startCli(
-        ['run', '--source', 'azure-event-hubs:cli-hub', '--forward', app.url, '--dedupe', 'memory'],
+      const worker = await startRun(
+        ['--source', 'azure-event-hubs:cli-hub', '--forward', app.url, '--dedupe', 'memory'],
         {
           env: {
             EVENTHUBS_CONNECTION_STRING: broker.connectionString('cli-hub'),
@@ -139,13 +124,9 @@ describe('run --source azure-event-hubs:HUB', () => {
         },
       );
       try {
-        await vi.waitFor(() => expect(app.received).toHaveLength(2), { timeout: 20_000 });
-        expect(app.received.map((r) => r.headers['partner-event-id']).sort()).toEqual(
-          events.map((e) => e.eventId).sort(),
-        );
+        await expectReceived(app, events, 20_000);
       } finally {
-        cli.child.kill('SIGTERM');
-        expect((await cli.done).code).toBe(0);
+        expect((await worker.stop()).code).toBe(0);
       }
     } finally {
       await app.close();

@@ -8,8 +8,8 @@ import { ReceiveMessageCommand, SendMessageCommand } from '@aws-sdk/client-sqs';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { sqsReadingOf } from '../adapters/sqs/url.js';
 import { createTestEnvelope } from '../src/consumer/testing.js';
-import { runCli, startApp, startCli } from './support/cli.js';
-import { createQueue, fauxqsClient, fauxqsEnv, startFauxqs } from './support/fauxqs.js';
+import { expectReceived, runCli, startApp, startRun } from './support/cli.js';
+import { startFauxqsQueue } from './support/fauxqs.js';
 import { tempDir } from './support/harness.js';
 import { jsonLines, writeJsonl } from './support/records.js';
 
@@ -51,47 +51,38 @@ describe('sqsReadingOf', () => {
 
 describe('a local queue URL exactly as CreateQueue returned it', () => {
   it('run --source consumes the queue (fauxqs: http://sqs.us-east-1.localhost:PORT/000000000000/NAME)', async () => {
-    const fauxqs = await startFauxqs();
-    const client = fauxqsClient(fauxqs.endpoint);
+    const sqs = await startFauxqsQueue('local-url');
     const app = await startApp();
     try {
-      const queue = await createQueue(client, 'local-url');
+      const { queue } = sqs;
       expect(queue.url).toMatch(/^http:\/\/[^/]+\/\d{12}\/local-url-/);
       const events = [
         createTestEnvelope('daily.data.steps.created'),
         createTestEnvelope('coach.nudge.created'),
       ];
       for (const e of events)
-        await client.send(new SendMessageCommand({ QueueUrl: queue.url, MessageBody: e.raw }));
-      const cli = startCli(['run', '--source', queue.url, '--forward', app.url, '--dedupe', 'memory'], {
-        env: fauxqsEnv(fauxqs.endpoint),
+        await sqs.client.send(new SendMessageCommand({ QueueUrl: queue.url, MessageBody: e.raw }));
+      const worker = await startRun(['--source', queue.url, '--forward', app.url, '--dedupe', 'memory'], {
+        env: sqs.env,
       });
       try {
-        await vi.waitFor(() => expect(app.received).toHaveLength(2), { timeout: 15_000 });
-        expect(app.received.map((r) => r.headers['partner-event-id']).sort()).toEqual(
-          events.map((e) => e.eventId).sort(),
-        );
+        await expectReceived(app, events);
       } finally {
-        cli.child.kill('SIGTERM');
-        const result = await cli.done;
+        const result = await worker.stop();
         expect(result.code).toBe(0);
         expect(result.stdout).not.toContain('listening for envelopes');
       }
     } finally {
-      client.destroy();
       await app.close();
-      await fauxqs.close();
+      await sqs.close();
     }
   });
 
   it('replay --to and trigger --to send to the queue', async () => {
-    const fauxqs = await startFauxqs();
-    const client = fauxqsClient(fauxqs.endpoint);
+    const { client, queue, env, close } = await startFauxqsQueue('local-to');
     try {
-      const queue = await createQueue(client, 'local-to');
       const event = createTestEnvelope('daily.data.weight.created');
       const file = writeJsonl(dir.path, 'dead.jsonl', [event.raw]);
-      const env = fauxqsEnv(fauxqs.endpoint);
       const replay = await runCli(['replay', file, '--to', queue.url, '--dedupe', 'memory', '--json'], {
         env,
       });
@@ -105,8 +96,7 @@ describe('a local queue URL exactly as CreateQueue returned it', () => {
       expect(Messages.map((m) => m.Body)).toContain(event.raw);
       expect(Messages.map((m) => JSON.parse(m.Body ?? '{}').event_id)).toContain(trigger.stdout.trim());
     } finally {
-      client.destroy();
-      await fauxqs.close();
+      await close();
     }
   });
 });
@@ -150,27 +140,12 @@ describe('a queue-shaped http URL with no SQS endpoint in the environment', () =
 
   it('http-ingress:URL says it is an ingress: run listens there and trigger --to http-ingress:URL posts to it', async () => {
     const app = await startApp();
-    const cli = startCli(
-      [
-        'run',
-        '--source',
-        'http-ingress:http://127.0.0.1:0/000000000000/my-queue',
-        '--forward',
-        app.url,
-        '--dedupe',
-        'memory',
-      ],
-      { env: { ...NO_ENDPOINT, LOG_LEVEL: 'info' } },
-    );
+    const source = 'http-ingress:http://127.0.0.1:0/000000000000/my-queue';
+    const worker = await startRun(['--source', source, '--forward', app.url, '--dedupe', 'memory'], {
+      env: NO_ENDPOINT,
+    });
     try {
-      const ingress = await vi.waitFor(
-        () => {
-          const line = jsonLines(cli.output()).find((l) => l.msg === 'listening for envelopes');
-          if (!line) throw new Error('not listening yet');
-          return String(line.ingress);
-        },
-        { timeout: 15_000 },
-      );
+      const { ingress } = worker;
       expect(ingress).toMatch(/\/000000000000\/my-queue$/);
       const trigger = await runCli(
         ['trigger', 'daily.data.steps.created', '--to', `http-ingress:${ingress}`],
@@ -194,8 +169,7 @@ describe('a queue-shaped http URL with no SQS endpoint in the environment', () =
       expect(withUser.code).toBe(2);
       expect(withUser.stderr).not.toContain('pw0rd');
     } finally {
-      cli.child.kill('SIGTERM');
-      await cli.done;
+      await worker.stop();
       await app.close();
     }
   });

@@ -17,6 +17,13 @@ function writeJsonl(name: string, lines: string[]): string {
   return writeRecords(dir.path, name, lines);
 }
 
+/** Writes a `--handlers` module (`source`, an ES module) into this test's temp dir; its path. */
+function writeHandlers(source: string): string {
+  const path = join(dir.path, 'handlers.mjs');
+  writeFileSync(path, source);
+  return path;
+}
+
 describe('partner-events verify', () => {
   it('prints one JSON object per line and exits 1 when any line failed', async () => {
     const good = createTestEnvelope('daily.data.heart_rate.created');
@@ -151,14 +158,8 @@ describe('partner-events replay', () => {
       const event = createTestEnvelope('daily.data.steps.created');
       const file = writeJsonl('dead.jsonl', [deadRecord(event.raw)]);
       const deadLetter = join(dir.path, 'still-failing.jsonl');
-      const result = await runReplay(file, [
-        '--forward',
-        app.url,
-        '--dead-letter',
-        deadLetter,
-        '--attempts',
-        '2',
-      ]);
+      const flags = ['--forward', app.url, '--dead-letter', deadLetter, '--attempts', '2'];
+      const result = await runReplay(file, flags);
       expect(result.code).toBe(1);
       expect(result.summary).toMatchObject({
         total: 1,
@@ -291,10 +292,8 @@ describe('partner-events run', () => {
       events.map((e) => e.raw),
     );
     const go = join(dir.path, 'go');
-    const handlers = join(dir.path, 'handlers.mjs');
     // A handler module that reports each start on stdout and waits until the file "go" exists.
-    writeFileSync(
-      handlers,
+    const handlers = writeHandlers(
       `import { existsSync } from 'node:fs';
 export default {
   '*': async (event) => {
@@ -338,10 +337,8 @@ export default {
     ];
     const file = writeJsonl('events.jsonl', [before.raw, poison.raw, after.raw]);
     const handled = join(dir.path, 'handled.txt');
-    const handlers = join(dir.path, 'handlers.mjs');
     // Out of memory, a native crash, process.exit: the worker dies without an outcome.
-    writeFileSync(
-      handlers,
+    const handlers = writeHandlers(
       `import { appendFileSync } from 'node:fs';
 export default {
   '*': (event) => {
@@ -380,9 +377,7 @@ export default {
   it('survives SIGHUP when its secrets come from the environment (and says how to reload)', async () => {
     const file = writeJsonl('events.jsonl', [createTestEnvelope('daily.data.steps.created').raw]);
     const go = join(dir.path, 'go');
-    const handlers = join(dir.path, 'handlers.mjs');
-    writeFileSync(
-      handlers,
+    const handlers = writeHandlers(
       `import { existsSync } from 'node:fs';
 export default { '*': async () => { process.stdout.write('started\\n'); while (!existsSync(${JSON.stringify(go)})) await new Promise((r) => setTimeout(r, 20)); } };`,
     );

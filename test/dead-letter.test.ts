@@ -27,11 +27,34 @@ beforeEach(() => {
 });
 afterEach(() => dir.cleanup());
 
-/** `run` with an HTTP ingress that forwards to `app` and writes its dead letters to `deadLetter`. */
-function startWorker(app: { url: string }, deadLetter: string) {
-  return startRun(['--source', 'http://127.0.0.1:0/events', '--forward', app.url, '--dedupe', 'memory'], {
-    env: { PARTNER_EVENTS_DEAD_LETTER: deadLetter },
+/** An app, and `run` with an HTTP ingress that forwards to it and dead-letters to dead.jsonl here. */
+async function startWorker() {
+  const app = await startApp();
+  const deadLetter = join(dir.path, 'dead.jsonl');
+  const ingress = ['--source', 'http://127.0.0.1:0/events', '--forward', app.url, '--dedupe', 'memory'];
+  const run = await startRun(ingress, { env: { PARTNER_EVENTS_DEAD_LETTER: deadLetter } }).catch(
+    async (error: unknown) => {
+      await app.close();
+      throw error;
+    },
+  );
+  const close = async () => {
+    await run.stop();
+    await app.close();
+  };
+  return { ...run, deadLetter, close };
+}
+
+/** A consumer (test secret, no logs) that writes its dead letters to dead.jsonl here, at `path`. */
+function deadLetteringConsumer(settings: { deadLetterMaxUnverifiedBytes?: number } = {}) {
+  const path = join(dir.path, 'dead.jsonl');
+  const consumer = createConsumer({
+    secrets: [{ id: 'current', secret: TEST_SIGNING_SECRET }],
+    deadLetter: path,
+    logger: silentLogger(),
+    ...settings,
   });
+  return { path, consumer };
 }
 
 /** A validly signed event that fails its schema (dead at once, full raw kept), padded to `bytes`. */
@@ -43,9 +66,8 @@ function deadOnArrival(bytes: number) {
 
 describe('a dead letter cut short by a file-size limit', () => {
   it('is not acked as dead-lettered, leaves only whole lines, and the next record gets its own line', async () => {
-    const app = await startApp();
-    const deadLetter = join(dir.path, 'dead.jsonl');
-    const cli = await startWorker(app, deadLetter);
+    const cli = await startWorker();
+    const { deadLetter } = cli;
     try {
       // A real limit on the running worker (after start-up, so tsx's cache is not limited):
       // writes past 100 KiB fail with EFBIG (Node ignores SIGXFSZ) or come back short.
@@ -72,8 +94,7 @@ describe('a dead letter cut short by a file-size limit', () => {
         /cannot append to .*dead\.jsonl: .*\(.*bytes written, then removed\)/,
       );
     } finally {
-      await cli.stop();
-      await app.close();
+      await cli.close();
     }
   });
 });
@@ -141,9 +162,8 @@ function hostileBodies(size: number): { name: string; body: Buffer }[] {
 
 describe('dead letters of messages that never verified are stored bounded', () => {
   it('through the HTTP ingress, dead.jsonl grows at most 1.4 bytes per byte received, for any input', async () => {
-    const app = await startApp();
-    const deadLetter = join(dir.path, 'dead.jsonl');
-    const cli = await startWorker(app, deadLetter);
+    const cli = await startWorker();
+    const { deadLetter } = cli;
     try {
       const sizeOf = () => (existsSync(deadLetter) ? statSync(deadLetter).size : 0);
       const ratios: Record<string, number> = {};
@@ -171,8 +191,7 @@ describe('dead letters of messages that never verified are stored bounded', () =
       }
       expect(records.filter((r) => r.raw_truncated)).toHaveLength(10);
     } finally {
-      await cli.stop();
-      await app.close();
+      await cli.close();
     }
   });
 
@@ -222,12 +241,8 @@ describe('dead letters of messages that never verified are stored bounded', () =
   });
 
   it('a verified event keeps its full raw message, byte for byte, whatever its size and characters', async () => {
-    const path = join(dir.path, 'dead.jsonl');
-    const consumer = createConsumer({
-      secrets: [{ id: 'current', secret: TEST_SIGNING_SECRET }],
-      deadLetter: path,
-      logger: silentLogger(),
-    }).on('*', async () => undefined);
+    const { path, consumer } = deadLetteringConsumer();
+    consumer.on('*', async () => undefined);
     // Signed, 300 KB of quotes, backslashes, U+2028 and emoji, dead for its schema.
     const event = createTestEnvelope('daily.data.steps.created', {
       fields: { user_id: 'not-a-guid', padding: '"\\\u2028🩺'.repeat(40_000) },
@@ -244,13 +259,7 @@ describe('dead letters of messages that never verified are stored bounded', () =
   });
 
   it('the limit is a consumer setting (deadLetterMaxUnverifiedBytes) and a sidecar key with its variable', async () => {
-    const path = join(dir.path, 'dead.jsonl');
-    const consumer = createConsumer({
-      secrets: [{ id: 'current', secret: TEST_SIGNING_SECRET }],
-      deadLetter: path,
-      logger: silentLogger(),
-      deadLetterMaxUnverifiedBytes: 10,
-    });
+    const { path, consumer } = deadLetteringConsumer({ deadLetterMaxUnverifiedBytes: 10 });
     await consumer.process({ id: 'm1', body: 'not an envelope at all', attempt: 1 });
     await consumer.stop();
     expect(readJsonl(path)[0]).toMatchObject({ raw: 'not an env', raw_truncated: true, raw_bytes: 22 });

@@ -11,7 +11,7 @@ import { createTestEnvelope } from '../src/consumer/testing.js';
 import { deadLetterRecord } from '../src/core/dead-letter-record.js';
 import { readSecretsFile } from '../src/core/secrets.js';
 import { createSqliteDedupe } from '../src/dedupe/sqlite.js';
-import { runCli } from './support/cli.js';
+import { runCli, runReplay } from './support/cli.js';
 import { tempDir } from './support/harness.js';
 import { jsonLines } from './support/records.js';
 
@@ -49,30 +49,15 @@ describe('files with bodies or dedupe state are created 0600', () => {
     const input = join(dir.path, 'dead.jsonl');
     writeFileSync(input, '{"not": "an envelope"}\n');
     const failed = join(dir.path, 'still-failing.jsonl');
-    const replay = await runCli([
-      'replay',
-      input,
-      '--to',
-      `file:${join(dir.path, 'queue.jsonl')}`,
-      '--dead-letter',
-      failed,
-      '--dedupe',
-      'memory',
-    ]);
+    const queue = join(dir.path, 'queue.jsonl');
+    const replay = await runReplay(input, ['--to', `file:${queue}`, '--dead-letter', failed]);
     expect(replay.code).toBe(1); // the malformed line is rejected into the failed file
     expect(modeOf(failed)).toBe('600');
 
     writeFileSync(input, `${createTestEnvelope('daily.data.steps.created').raw}\n`);
-    const injected = await runCli([
-      'replay',
-      input,
-      '--to',
-      `file:${join(dir.path, 'queue.jsonl')}`,
-      '--dedupe',
-      'memory',
-    ]);
+    const injected = await runReplay(input, ['--to', `file:${queue}`]);
     expect(injected.code).toBe(0);
-    expect(modeOf(join(dir.path, 'queue.jsonl'))).toBe('600');
+    expect(modeOf(queue)).toBe('600');
   });
 
   it('the SQLite dedupe file with its -wal and -shm', async () => {

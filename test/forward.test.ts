@@ -3,49 +3,16 @@
  * 2xx from the URL asked for, nothing else. Real servers on 127.0.0.1, the library through a
  * consumer, the CLI as a child process.
  */
-import { readFileSync, writeFileSync } from 'node:fs';
-import { createServer, type IncomingHttpHeaders, type ServerResponse } from 'node:http';
 import { type AddressInfo, createServer as createNetServer, type Socket } from 'node:net';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { createTestEnvelope } from '../src/consumer/testing.js';
 import { ConfigError } from '../src/core/errors.js';
 import { createForwarder } from '../src/sidecar/forward.js';
-import { runCli } from './support/cli.js';
+import { runCli, runReplay, runWithConfig, startServer } from './support/cli.js';
 import { harness, tempDir } from './support/harness.js';
-import { jsonLines, writeJsonl } from './support/records.js';
-
-interface Seen {
-  method: string;
-  path: string;
-  headers: IncomingHttpHeaders;
-  body: string;
-}
-
-/** An HTTP server on 127.0.0.1 that records every request and answers it with `answer`. */
-async function startServer(answer: (seen: Seen, res: ServerResponse) => void) {
-  const seen: Seen[] = [];
-  const server = createServer((req, res) => {
-    let body = '';
-    req.setEncoding('utf8').on('data', (d: string) => {
-      body += d;
-    });
-    req.on('end', () => {
-      const s = { method: req.method ?? '', path: req.url ?? '', headers: req.headers, body };
-      seen.push(s);
-      answer(s, res);
-    });
-  });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const origin = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
-  return {
-    origin,
-    url: `${origin}/events`,
-    seen,
-    server,
-    close: () => new Promise<void>((resolve) => server.close(() => resolve())),
-  };
-}
+import { jsonLines, readJsonl, writeJsonl } from './support/records.js';
+import { thrownBy } from './support/thrown.js';
 
 /** An app whose /events answers `302 Location: /login?next=…` and whose login page answers 200. */
 function startLoginRedirectApp() {
@@ -55,11 +22,27 @@ function startLoginRedirectApp() {
   });
 }
 
+/** Runs `test` with a login-redirecting app (see above), closed after it. */
+async function withLoginRedirectApp(test: (app: Awaited<ReturnType<typeof startServer>>) => Promise<void>) {
+  const app = await startLoginRedirectApp();
+  try {
+    await test(app);
+  } finally {
+    await app.close();
+  }
+}
+
 let dir: ReturnType<typeof tempDir>;
 beforeEach(() => {
   dir = tempDir('phe-forward-');
 });
 afterEach(() => dir.cleanup());
+
+/** A signed event, alone in the file `name` of the test's directory. */
+function oneEventFile(name: string) {
+  const event = createTestEnvelope('daily.data.steps.created');
+  return { event, file: writeJsonl(dir.path, name, [event.raw]) };
+}
 
 describe('a forward answered with a redirect', () => {
   it('302 to a login page: not followed, not done, not acked; retried, then dead-lettered as FORWARD_REDIRECTED', async () => {
@@ -76,7 +59,7 @@ describe('a forward answered with a redirect', () => {
       const outcomes = h.reports.map((r) => r.outcome);
       expect(outcomes.map((o) => o.kind)).toEqual(['retry', 'retry', 'dead']);
       expect(outcomes.every((o) => o.kind !== 'ack' && o.code === 'FORWARD_REDIRECTED')).toBe(true);
-      expect(app.seen.map((s) => `${s.method} ${s.path}`)).toEqual([
+      expect(app.received.map((s) => `${s.method} ${s.path}`)).toEqual([
         'POST /events',
         'POST /events',
         'POST /events',
@@ -87,8 +70,9 @@ describe('a forward answered with a redirect', () => {
       expect(reason).toContain(`redirect to ${app.origin}/login`);
       expect(reason).toContain('HTTP 302');
       expect(reason).not.toContain('session=abc');
-      const record = JSON.parse(readFileSync(h.deadLetterPath, 'utf8').trim()) as Record<string, unknown>;
-      expect(record).toMatchObject({ code: 'FORWARD_REDIRECTED', event_id: event.eventId });
+      expect(readJsonl(h.deadLetterPath)).toMatchObject([
+        { code: 'FORWARD_REDIRECTED', event_id: event.eventId },
+      ]);
     } finally {
       await h.cleanup();
       await app.close();
@@ -109,9 +93,9 @@ describe('a forward answered with a redirect', () => {
       h.source.send(createTestEnvelope('coach.nudge.created').raw);
       const dead = await h.waitFor((r) => r.outcome.kind === 'dead');
       expect(dead.outcome).toMatchObject({ code: 'FORWARD_REDIRECTED' });
-      expect(app.seen).toHaveLength(2);
-      expect(app.seen[0]?.headers['x-internal-token']).toBe('tok-123');
-      expect(other.seen).toEqual([]);
+      expect(app.received).toHaveLength(2);
+      expect(app.received[0]?.headers['x-internal-token']).toBe('tok-123');
+      expect(other.received).toEqual([]);
       const reason = dead.outcome.kind === 'dead' ? dead.outcome.reason : '';
       expect(reason).toContain(`HTTP 307, redirect to ${other.origin}/steal`);
       expect(reason).not.toMatch(/user|pw@|k=v/);
@@ -123,10 +107,8 @@ describe('a forward answered with a redirect', () => {
   });
 
   it('run --forward: the redirected event ends in the dead letters, never acked as handled', async () => {
-    const app = await startLoginRedirectApp();
-    try {
-      const event = createTestEnvelope('daily.data.steps.created');
-      const events = writeJsonl(dir.path, 'events.jsonl', [event.raw]);
+    await withLoginRedirectApp(async (app) => {
+      const { event, file: events } = oneEventFile('events.jsonl');
       const deadLetters = join(dir.path, 'dead.jsonl');
       const result = await runCli(
         ['run', '--source', `file:${events}`, '--forward', app.url, '--dedupe', 'memory'],
@@ -143,37 +125,19 @@ describe('a forward answered with a redirect', () => {
       expect(result.stdout).not.toContain('"outcome":"handled"');
       const retried = jsonLines(result.stdout).find((l) => l.msg === 'event will be retried');
       expect(retried).toMatchObject({ code: 'FORWARD_REDIRECTED' });
-      expect(JSON.parse(readFileSync(deadLetters, 'utf8').trim())).toMatchObject({
-        code: 'FORWARD_REDIRECTED',
-        event_id: event.eventId,
-      });
-      expect(app.seen.every((s) => s.path === '/events')).toBe(true);
-    } finally {
-      await app.close();
-    }
+      expect(readJsonl(deadLetters)).toMatchObject([{ code: 'FORWARD_REDIRECTED', event_id: event.eventId }]);
+      expect(app.received.every((s) => s.path === '/events')).toBe(true);
+    });
   });
 
   it('replay --forward: reported as failed with FORWARD_REDIRECTED, and kept for the next replay', async () => {
-    const app = await startLoginRedirectApp();
-    try {
-      const event = createTestEnvelope('daily.data.steps.created');
-      const file = writeJsonl(dir.path, 'dead.jsonl', [event.raw]);
+    await withLoginRedirectApp(async (app) => {
+      const { event, file } = oneEventFile('dead.jsonl');
       const failed = join(dir.path, 'still-failing.jsonl');
-      const result = await runCli([
-        'replay',
-        file,
-        '--forward',
-        app.url,
-        '--dedupe',
-        'memory',
-        '--attempts',
-        '2',
-        '--dead-letter',
-        failed,
-        '--json',
-      ]);
+      const flags = ['--forward', app.url, '--attempts', '2', '--dead-letter', failed];
+      const result = await runReplay(file, flags);
       expect(result.code).toBe(1);
-      const lines = jsonLines(result.stdout);
+      const lines = result.lines;
       expect(lines[0]).toMatchObject({
         event_id: event.eventId,
         outcome: 'dead',
@@ -184,51 +148,31 @@ describe('a forward answered with a redirect', () => {
         failed: 1,
         failure_codes: { FORWARD_REDIRECTED: 1 },
       });
-      expect(JSON.parse(readFileSync(failed, 'utf8').trim())).toMatchObject({ code: 'FORWARD_REDIRECTED' });
-      expect(app.seen.every((s) => s.path === '/events')).toBe(true);
-    } finally {
-      await app.close();
-    }
+      expect(readJsonl(failed)).toMatchObject([{ code: 'FORWARD_REDIRECTED' }]);
+      expect(app.received.every((s) => s.path === '/events')).toBe(true);
+    });
   });
 
   it('replay --to http: an ingress that answers 302 has not taken the envelope', async () => {
-    const app = await startLoginRedirectApp();
-    try {
-      const event = createTestEnvelope('daily.data.steps.created');
-      const file = writeJsonl(dir.path, 'dead.jsonl', [event.raw]);
-      const result = await runCli([
-        'replay',
-        file,
-        '--to',
-        app.url,
-        '--dedupe',
-        'memory',
-        '--attempts',
-        '1',
-        '--dead-letter',
-        join(dir.path, 'failed.jsonl'),
-        '--json',
-      ]);
+    await withLoginRedirectApp(async (app) => {
+      const { file } = oneEventFile('dead.jsonl');
+      const failed = join(dir.path, 'failed.jsonl');
+      const result = await runReplay(file, ['--to', app.url, '--attempts', '1', '--dead-letter', failed]);
       expect(result.code).toBe(1);
-      const lines = jsonLines(result.stdout);
+      const lines = result.lines;
       expect(lines[0]).toMatchObject({ outcome: 'dead', code: 'FORWARD_REDIRECTED' });
       expect(String(lines[0]?.reason)).toContain(`redirect to ${app.origin}/login`);
       expect(lines.at(-1)).toMatchObject({ injected: 0, failed: 1 });
-      expect(app.seen.map((s) => `${s.method} ${s.path}`)).toEqual(['POST /events']);
-    } finally {
-      await app.close();
-    }
+      expect(app.received.map((s) => `${s.method} ${s.path}`)).toEqual(['POST /events']);
+    });
   });
 
   it('trigger --to http: a 302 is not "sent"', async () => {
-    const app = await startLoginRedirectApp();
-    try {
+    await withLoginRedirectApp(async (app) => {
       const result = await runCli(['trigger', 'daily.data.steps.created', '--to', app.url]);
       expect(result.code).toBe(1);
-      expect(app.seen.map((s) => `${s.method} ${s.path}`)).toEqual(['POST /events']);
-    } finally {
-      await app.close();
-    }
+      expect(app.received.map((s) => `${s.method} ${s.path}`)).toEqual(['POST /events']);
+    });
   });
 });
 
@@ -244,12 +188,7 @@ describe('a forward URL with user:password@', () => {
 
   it('createForwarder throws a ConfigError that names the fix, not the credentials', () => {
     for (const bad of [url, 'https://token@app.internal/events']) {
-      let error: unknown;
-      try {
-        createForwarder({ url: bad });
-      } catch (e) {
-        error = e;
-      }
+      const error = thrownBy(() => createForwarder({ url: bad }));
       expect(error).toBeInstanceOf(ConfigError);
       const message = (error as Error).message;
       expect(message).toContain('forward.headers');
@@ -258,7 +197,7 @@ describe('a forward URL with user:password@', () => {
   });
 
   it('run exits 2 before anything starts, from the flag, the config file or the environment', async () => {
-    const events = writeJsonl(dir.path, 'events.jsonl', [createTestEnvelope('daily.data.steps.created').raw]);
+    const events = oneEventFile('events.jsonl').file;
     const fromFlag = await runCli([
       'run',
       '--source',
@@ -272,9 +211,8 @@ describe('a forward URL with user:password@', () => {
     expect(fromFlag.stderr).toContain('forward.url (PARTNER_EVENTS_FORWARD_URL)');
     refused(fromFlag.stderr);
 
-    const config = join(dir.path, 'worker.yaml');
-    writeFileSync(config, `source: file:${events}\ndedupe: memory\nforward:\n  url: ${url}\n`);
-    const fromFile = await runCli(['run', '--config', config]);
+    const config = `source: file:${events}\ndedupe: memory\nforward:\n  url: ${url}\n`;
+    const fromFile = await runWithConfig(join(dir.path, 'worker.yaml'), config);
     expect(fromFile.code).toBe(2);
     refused(fromFile.stderr);
 
@@ -290,14 +228,14 @@ describe('a forward URL with user:password@', () => {
     expect(trigger.code).toBe(2);
     expect(trigger.stderr).toContain('user:password@');
     expect(trigger.stderr).not.toMatch(/s3cret-pw|admin/);
-    const file = writeJsonl(dir.path, 'dead.jsonl', [createTestEnvelope('daily.data.steps.created').raw]);
+    const { file } = oneEventFile('dead.jsonl');
     const replay = await runCli(['replay', file, '--to', url, '--dedupe', 'memory']);
     expect(replay.code).toBe(2);
     expect(replay.stderr).not.toMatch(/s3cret-pw|admin/);
   });
 
   it('replay --forward exits 2 before reading a record', async () => {
-    const file = writeJsonl(dir.path, 'dead.jsonl', [createTestEnvelope('daily.data.steps.created').raw]);
+    const { file } = oneEventFile('dead.jsonl');
     const result = await runCli(['replay', file, '--forward', url, '--dedupe', 'memory']);
     expect(result.code).toBe(2);
     refused(result.stderr);
@@ -331,7 +269,7 @@ describe('forward headers of ids outside Latin-1', () => {
       expect(h.reports.map((r) => r.outcome)).toEqual(Array(4).fill({ kind: 'ack', result: 'handled' }));
 
       const byBody = (id: string) => {
-        const seen = app.seen.find((s) => (JSON.parse(s.body) as { event_id: string }).event_id === id);
+        const seen = app.received.find((s) => (JSON.parse(s.body) as { event_id: string }).event_id === id);
         if (!seen) throw new Error(`${id} was not forwarded`);
         return seen.headers;
       };
@@ -413,7 +351,7 @@ describe('forwarding over a keep-alive pool', () => {
       for (const e of events) h.source.send(e.raw);
       await Promise.all(events.map((e) => h.waitFor((r) => r.eventId === e.eventId)));
       expect(h.reports.every((r) => r.outcome.kind === 'ack')).toBe(true);
-      expect(app.seen).toHaveLength(200);
+      expect(app.received).toHaveLength(200);
       expect(accepted).toBeGreaterThan(0);
       expect(accepted).toBeLessThanOrEqual(8);
 
@@ -491,20 +429,10 @@ describe('--to http(s) over a keep-alive pool', () => {
     try {
       const events = Array.from({ length: 40 }, () => createTestEnvelope('daily.data.steps.created').raw);
       const file = writeJsonl(dir.path, 'dead.jsonl', events);
-      const result = await runCli([
-        'replay',
-        file,
-        '--to',
-        app.url,
-        '--dedupe',
-        'memory',
-        '--concurrency',
-        '4',
-        '--json',
-      ]);
+      const result = await runReplay(file, ['--to', app.url, '--concurrency', '4']);
       expect(result.code).toBe(0);
-      expect(jsonLines(result.stdout).at(-1)).toMatchObject({ injected: 40, failed: 0 });
-      expect(app.seen).toHaveLength(40);
+      expect(result.summary).toMatchObject({ injected: 40, failed: 0 });
+      expect(app.received).toHaveLength(40);
       expect(accepted).toBeGreaterThan(0);
       expect(accepted).toBeLessThanOrEqual(4);
     } finally {
@@ -521,22 +449,10 @@ describe('--to http(s) over a keep-alive pool', () => {
         'dead.jsonl',
         events.map((e) => e.raw),
       );
-      const result = await runCli([
-        'replay',
-        file,
-        '--to',
-        app.url,
-        '--dedupe',
-        'memory',
-        '--concurrency',
-        '1',
-        '--attempts',
-        '1',
-        '--dead-letter',
-        join(dir.path, 'failed.jsonl'),
-        '--json',
-      ]);
-      expect(jsonLines(result.stdout).at(-1)).toMatchObject({ injected: 4, failed: 0 });
+      const failed = join(dir.path, 'failed.jsonl');
+      const flags = ['--to', app.url, '--concurrency', '1', '--attempts', '1', '--dead-letter', failed];
+      const result = await runReplay(file, flags);
+      expect(result.summary).toMatchObject({ injected: 4, failed: 0 });
       expect(result.code).toBe(0);
       expect(app.requests.length).toBeGreaterThan(4);
     } finally {

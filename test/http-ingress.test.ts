@@ -2,14 +2,12 @@
  * The HTTP ingress under slow and many senders: bodies being received share a byte budget, and a
  * body has a read deadline. A real server on 127.0.0.1, raw TCP senders that send when told.
  */
-import { writeFileSync } from 'node:fs';
 import { connect } from 'node:net';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { createHttpIngress, type HttpIngressSource } from '../adapters/http/index.js';
-import { runCli, startCli } from './support/cli.js';
+import { runWithConfig, startRun } from './support/cli.js';
 import { tempDir } from './support/harness.js';
-import { jsonLines } from './support/records.js';
 
 interface Answer {
   status: number;
@@ -184,31 +182,25 @@ describe('run with an HTTP ingress: http.* settings', () => {
   afterEach(() => dir.cleanup());
 
   it('takes http.bodyTimeoutMs from the environment and http.maxBufferedBytes from the config file', async () => {
-    const run = ['run', '--source', 'http://127.0.0.1:0/events', '--forward', 'http://127.0.0.1:9/x'];
-    const cli = startCli(run, {
-      env: { LOG_LEVEL: 'info', PARTNER_EVENTS_HTTP_BODY_TIMEOUT_MS: '300', PARTNER_EVENTS_DEDUPE: 'memory' },
+    const flags = ['--source', 'http://127.0.0.1:0/events', '--forward', 'http://127.0.0.1:9/x'];
+    const worker = await startRun(flags, {
+      env: { PARTNER_EVENTS_HTTP_BODY_TIMEOUT_MS: '300', PARTNER_EVENTS_DEDUPE: 'memory' },
     });
     try {
-      const ingress = await vi.waitFor(
-        () => {
-          const line = jsonLines(cli.output()).find((l) => l.msg === 'listening for envelopes');
-          if (!line) throw new Error('not listening yet');
-          return String(line.ingress);
-        },
-        { timeout: 15_000, interval: 25 },
-      );
-      const stalled = slowPost(ingress, { contentLength: 4000 });
+      const stalled = slowPost(worker.ingress, { contentLength: 4000 });
       await stalled.send(3000);
       expect(await stalled.answer).toMatchObject({ status: 408, body: { code: 'BODY_TIMEOUT' } });
       expect(String((await stalled.answer).body.reason)).toContain('300ms');
     } finally {
-      cli.child.kill('SIGTERM');
-      await cli.done;
+      await worker.stop();
     }
 
-    const config = join(dir.path, 'worker.yaml');
-    writeFileSync(config, 'http:\n  maxBufferedBytes: 100\n');
-    const refused = await runCli([...run, '--config', config, '--dedupe', 'memory']);
+    const config = 'http:\n  maxBufferedBytes: 100\n';
+    const refused = await runWithConfig(join(dir.path, 'worker.yaml'), config, [
+      ...flags,
+      '--dedupe',
+      'memory',
+    ]);
     expect(refused.code).toBe(2);
     expect(refused.stderr).toContain('maxBufferedBytes (100) is below maxBodyBytes (1048576)');
   });

@@ -9,10 +9,10 @@ import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import { createTestEnvelope, forgedEnvelope, TEST_SIGNING_SECRET } from '../src/consumer/testing.js';
+import { createTestEnvelope, forgedEnvelope } from '../src/consumer/testing.js';
 import { createSqliteDedupe } from '../src/dedupe/sqlite.js';
-import { startApp, startCli } from './support/cli.js';
-import { createQueue, fauxqsClient, fauxqsEnv, startFauxqs } from './support/fauxqs.js';
+import { cliEnv, collectOutput, startApp, startRun } from './support/cli.js';
+import { startFauxqsQueue } from './support/fauxqs.js';
 import { tempDir } from './support/harness.js';
 import { deadRecord, jsonLines } from './support/records.js';
 
@@ -53,23 +53,14 @@ function script(variant: 'A' | 'B', settings: Record<string, string>): string {
   return lines.join('\n');
 }
 
-function runScript(text: string, cwd: string, env: NodeJS.ProcessEnv) {
-  const child = spawn('bash', ['-c', text], {
-    cwd,
-    env: { ...process.env, PARTNER_EVENTS_SIGNING_SECRET: TEST_SIGNING_SECRET, LOG_LEVEL: 'warn', ...env },
+/** Runs one way through the runbook in bash, in the test's directory, with the CLI's test environment. */
+function runRunbook(variant: 'A' | 'B', settings: Record<string, string>, env: NodeJS.ProcessEnv) {
+  const child = spawn('bash', ['-c', script(variant, settings)], {
+    cwd: dir.path,
+    env: cliEnv(env),
     stdio: ['ignore', 'pipe', 'pipe'],
   });
-  let stdout = '';
-  let stderr = '';
-  child.stdout.setEncoding('utf8').on('data', (d: string) => {
-    stdout += d;
-  });
-  child.stderr.setEncoding('utf8').on('data', (d: string) => {
-    stderr += d;
-  });
-  return new Promise<{ code: number | null; stdout: string; stderr: string }>((resolve) => {
-    child.on('close', (code) => resolve({ code, stdout, stderr }));
-  });
+  return collectOutput(child).done;
 }
 
 let dir: ReturnType<typeof tempDir>;
@@ -104,6 +95,13 @@ async function scenario(dedupePath: string) {
   await store.close();
   return {
     dead,
+    /** The runbook's settings block: these paths, the app's URL and the queue of way B. */
+    settings: (app: string, queue: string) => ({
+      DEAD: dead,
+      DEDUPE: `sqlite:${dedupePath}`,
+      APP: app,
+      QUEUE: queue,
+    }),
     replayed: [...missed, rotated].map((e) => e.eventId).sort(),
     handledSince: handledSince.eventId,
     forged,
@@ -116,16 +114,9 @@ describe.skipIf(!hasJq)('docs/replay-runbook.md, run as written', () => {
     const s = await scenario(dedupePath);
     const app = await startApp();
     try {
-      const result = await runScript(
-        script('A', {
-          DEAD: s.dead,
-          DEDUPE: `sqlite:${dedupePath}`,
-          APP: app.url,
-          QUEUE: 'sqs:http://127.0.0.1:9/unused',
-        }),
-        dir.path,
-        { PARTNER_EVENTS_SIGNING_SECRET_PREVIOUS: ROTATED_SECRET },
-      );
+      const result = await runRunbook('A', s.settings(app.url, 'sqs:http://127.0.0.1:9/unused'), {
+        PARTNER_EVENTS_SIGNING_SECRET_PREVIOUS: ROTATED_SECRET,
+      });
       expect(result.stderr).not.toMatch(/unbound variable|command not found|jq: error/);
       expect(existsSync(s.dead)).toBe(false); // moved to the snapshot
       expect(result.stdout).toContain('exit 1'); // the forgery is rejected: expected
@@ -140,7 +131,7 @@ describe.skipIf(!hasJq)('docs/replay-runbook.md, run as written', () => {
           SIGNATURE_MISMATCH: { forwarded: 1, rejected: 1 },
         },
       });
-      expect(app.received.map((r) => String(r.headers['partner-event-id'])).sort()).toEqual(s.replayed);
+      expect(app.eventIds().sort()).toEqual(s.replayed);
       // Step 8 and 9: the new file holds only the forgery, and its dry run says so.
       expect(result.stdout).toMatch(/1\s+SIGNATURE_MISMATCH\tSIGNATURE_MISMATCH/);
       expect(result.stdout).toMatch(/line 1: reject SIGNATURE_MISMATCH/);
@@ -155,51 +146,29 @@ describe.skipIf(!hasJq)('docs/replay-runbook.md, run as written', () => {
   it('B: back onto the SQS queue, where the worker handles each event once', async () => {
     const dedupePath = join(dir.path, 'dedupe.db');
     const s = await scenario(dedupePath);
-    const fauxqs = await startFauxqs();
-    const client = fauxqsClient(fauxqs.endpoint);
+    const sqs = await startFauxqsQueue('runbook');
     const app = await startApp();
-    const env = { ...fauxqsEnv(fauxqs.endpoint), PARTNER_EVENTS_SIGNING_SECRET_PREVIOUS: ROTATED_SECRET };
-    const queue = await createQueue(client, 'runbook');
-    const worker = startCli(
-      [
-        'run',
-        '--source',
-        `sqs:${queue.url}`,
-        '--forward',
-        app.url,
-        '--dedupe',
-        `sqlite:${dedupePath}`,
-        '--dead-letter',
-        s.dead,
-      ],
+    const env = { ...sqs.env, PARTNER_EVENTS_SIGNING_SECRET_PREVIOUS: ROTATED_SECRET };
+    const queue = `sqs:${sqs.queue.url}`;
+    const dedupe = `sqlite:${dedupePath}`;
+    const worker = await startRun(
+      ['--source', queue, '--forward', app.url, '--dedupe', dedupe, '--dead-letter', s.dead],
       { env },
     );
     try {
-      const result = await runScript(
-        script('B', {
-          DEAD: s.dead,
-          DEDUPE: `sqlite:${dedupePath}`,
-          APP: app.url,
-          QUEUE: `sqs:${queue.url}`,
-        }),
-        dir.path,
-        env,
-      );
+      const result = await runRunbook('B', s.settings(app.url, queue), env);
       expect(result.stderr).not.toMatch(/unbound variable|command not found|jq: error/);
       const report = jsonLines(readFileSync(join(dir.path, 'replay-report.jsonl'), 'utf8'));
       expect(report.at(-1)).toMatchObject({ injected: 3, duplicates: 1, rejected: 1, forwarded: 0 });
-      await vi.waitFor(
-        () =>
-          expect(app.received.map((r) => String(r.headers['partner-event-id'])).sort()).toEqual(s.replayed),
-        { timeout: 15_000, interval: 50 },
-      );
-      expect(app.received.map((r) => r.headers['partner-event-id'])).not.toContain(s.handledSince);
+      await vi.waitFor(() => expect(app.eventIds().sort()).toEqual(s.replayed), {
+        timeout: 15_000,
+        interval: 50,
+      });
+      expect(app.eventIds()).not.toContain(s.handledSince);
     } finally {
-      worker.child.kill('SIGTERM');
-      await worker.done;
-      client.destroy();
+      await worker.stop();
       await app.close();
-      await fauxqs.close();
+      await sqs.close();
     }
   }, 60_000);
 });

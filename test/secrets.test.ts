@@ -20,18 +20,14 @@ import {
   watchSecrets,
 } from '../src/core/secrets.js';
 import { verifyMessage } from '../src/core/verify.js';
+import { thrownBy } from './support/thrown.js';
 
 const NOW_MS = 1_780_000_000_000;
 const SECRET = 'whsec-9f2c7b1e4d8a6035-not-a-real-one';
 
 /** Runs `fn`, expects a ConfigError with code SECRET_INVALID, returns it. */
 function secretInvalid(fn: () => unknown): ConfigError {
-  let thrown: unknown;
-  try {
-    fn();
-  } catch (error) {
-    thrown = error;
-  }
+  const thrown = thrownBy(fn);
   expect(thrown).toBeInstanceOf(ConfigError);
   const error = thrown as ConfigError;
   expect(error.code).toBe('SECRET_INVALID');
@@ -340,22 +336,34 @@ async function replaceUntil<T>(path: string, text: string, settled: Promise<T>):
   return result;
 }
 
+/**
+ * Writes `text` to the file `name` in the test's directory, then watches it (polled every 50 ms,
+ * no SIGHUP): its path, the Keyring read from it, and the reload and error callbacks.
+ */
+function watchedFile(name: string, text: string) {
+  const path = join(dir, name);
+  writeFileSync(path, text);
+  const ring = new Keyring(readSecretsFile(path));
+  const reloads = nextCall<[readonly string[]]>();
+  const errors = nextCall<[unknown]>();
+  const stop = watchSecrets(ring, () => readSecretsFile(path), {
+    files: [path],
+    sighup: false,
+    pollIntervalMs: 50,
+    onReload: reloads.fn,
+    onError: errors.fn,
+  });
+  return { path, ring, reloads, errors, stop };
+}
+
 describe('watchSecrets', () => {
   const json = (keys: Array<{ id: string; secret: string }>) => JSON.stringify({ keys });
 
   it('reloads when the secrets file changes, and a broken file keeps the old keys', async () => {
-    const path = join(dir, 'secrets.json');
-    writeFileSync(path, json([{ id: 'v1', secret: 'secret-one' }]));
-    const ring = new Keyring(readSecretsFile(path));
-    const reloads = nextCall<[readonly string[]]>();
-    const errors = nextCall<[unknown]>();
-    const stop = watchSecrets(ring, () => readSecretsFile(path), {
-      files: [path],
-      sighup: false,
-      pollIntervalMs: 50,
-      onReload: reloads.fn,
-      onError: errors.fn,
-    });
+    const { path, ring, reloads, errors, stop } = watchedFile(
+      'secrets.json',
+      json([{ id: 'v1', secret: 'secret-one' }]),
+    );
     try {
       expect(verifiedBy(ring, 'secret-one')).toBe('v1');
 
@@ -402,16 +410,7 @@ describe('watchSecrets', () => {
   });
 
   it('reloads a raw single-secret file', async () => {
-    const path = join(dir, 'signing-secret');
-    writeFileSync(path, 'first-secret\n');
-    const ring = new Keyring(readSecretsFile(path));
-    const reloads = nextCall<[readonly string[]]>();
-    const stop = watchSecrets(ring, () => readSecretsFile(path), {
-      files: [path],
-      sighup: false,
-      pollIntervalMs: 50,
-      onReload: reloads.fn,
-    });
+    const { path, ring, reloads, stop } = watchedFile('signing-secret', 'first-secret\n');
     try {
       expect(verifiedBy(ring, 'first-secret')).toBe('file:signing-secret');
       await replaceUntil(path, 'second-secret\n', reloads.next());
@@ -423,18 +422,10 @@ describe('watchSecrets', () => {
   });
 
   it('a deleted secrets file keeps the old keys and reports the error', async () => {
-    const path = join(dir, 'secrets.json');
-    writeFileSync(path, json([{ id: 'v1', secret: 'secret-one' }]));
-    const ring = new Keyring(readSecretsFile(path));
-    const errors = nextCall<[unknown]>();
-    const reloads = nextCall<[readonly string[]]>();
-    const stop = watchSecrets(ring, () => readSecretsFile(path), {
-      files: [path],
-      sighup: false,
-      pollIntervalMs: 50,
-      onReload: reloads.fn,
-      onError: errors.fn,
-    });
+    const { path, ring, reloads, errors, stop } = watchedFile(
+      'secrets.json',
+      json([{ id: 'v1', secret: 'secret-one' }]),
+    );
     try {
       // Make sure the watcher has its baseline, then delete the file.
       await replaceUntil(path, json([{ id: 'v1b', secret: 'secret-one' }]), reloads.next());

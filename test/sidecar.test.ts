@@ -3,6 +3,7 @@
  * envelopes POSTed to its HTTP ingress or read from a file, and its ops endpoints.
  */
 import { writeFileSync } from 'node:fs';
+import { type AddressInfo, createServer as createNetServer } from 'node:net';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { createTestEnvelope, forgedEnvelope, TEST_SIGNING_SECRET } from '../src/consumer/testing.js';
@@ -325,68 +326,42 @@ describe('deployment examples', () => {
 });
 
 describe('sidecar start-up failures', () => {
-  it('exits 2, without hanging, when the ops port is taken', async () => {
-    const { createServer } = await import('node:net');
-    const blocker = createServer();
+  const ingressRun = (source = 'http://127.0.0.1:0/events') => [
+    'run',
+    '--source',
+    source,
+    '--forward',
+    'http://127.0.0.1:9/x',
+    '--dedupe',
+    'memory',
+  ];
+
+  /** Runs `fn` with a port another server on 127.0.0.1 listens on. */
+  async function withPortTaken<T>(fn: (port: number) => Promise<T>): Promise<T> {
+    const blocker = createNetServer();
     await new Promise<void>((resolve) => blocker.listen(0, '127.0.0.1', resolve));
-    const port = (blocker.address() as { port: number }).port;
     try {
-      const result = await runCli([
-        'run',
-        '--source',
-        'http://127.0.0.1:0/events',
-        '--forward',
-        'http://127.0.0.1:9/x',
-        '--dedupe',
-        'memory',
-        '--ops-port',
-        String(port),
-      ]);
-      expect(result.code).toBe(2);
-      expect(result.stderr).toContain('cannot serve the ops endpoints');
+      return await fn((blocker.address() as AddressInfo).port);
     } finally {
       blocker.close();
     }
+  }
+
+  it('exits 2, without hanging, when the ops port is taken', async () => {
+    const result = await withPortTaken((port) => runCli([...ingressRun(), '--ops-port', String(port)]));
+    expect(result.code).toBe(2);
+    expect(result.stderr).toContain('cannot serve the ops endpoints');
   });
 
   it('exits 2, without a stack trace, when the ingress port is taken', async () => {
-    const { createServer } = await import('node:net');
-    const blocker = createServer();
-    await new Promise<void>((resolve) => blocker.listen(0, '127.0.0.1', resolve));
-    const port = (blocker.address() as { port: number }).port;
-    try {
-      const result = await runCli([
-        'run',
-        '--source',
-        `http://127.0.0.1:${port}/events`,
-        '--forward',
-        'http://127.0.0.1:9/x',
-        '--dedupe',
-        'memory',
-      ]);
-      expect(result.code).toBe(2);
-      expect(result.stderr).toContain('HTTP ingress cannot listen');
-      expect(result.stderr).not.toContain('    at ');
-    } finally {
-      blocker.close();
-    }
+    const result = await withPortTaken((port) => runCli(ingressRun(`http://127.0.0.1:${port}/events`)));
+    expect(result.code).toBe(2);
+    expect(result.stderr).toContain('HTTP ingress cannot listen');
+    expect(result.stderr).not.toContain('    at ');
   });
 
   it('refuses an unknown LOG_LEVEL with a clear message', async () => {
-    const result = await runCli(
-      [
-        'run',
-        '--source',
-        'http://127.0.0.1:0/events',
-        '--forward',
-        'http://127.0.0.1:9/x',
-        '--dedupe',
-        'memory',
-      ],
-      {
-        env: { LOG_LEVEL: 'verbose' },
-      },
-    );
+    const result = await runCli(ingressRun(), { env: { LOG_LEVEL: 'verbose' } });
     expect(result.code).toBe(2);
     expect(result.stderr).toContain('log level "verbose"');
   });

@@ -2,8 +2,8 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import { runCli, startApp, startCli } from './support/cli.js';
-import { createQueue, fauxqsClient, fauxqsEnv, startFauxqs } from './support/fauxqs.js';
+import { runCli, startApp, startRun } from './support/cli.js';
+import { startFauxqsQueue } from './support/fauxqs.js';
 import { tempDir } from './support/harness.js';
 import { jsonLines } from './support/records.js';
 
@@ -25,12 +25,9 @@ interface Summary {
 
 describe('partner-events simulate', () => {
   it('publishes to SQS like the service; the worker handles each expected event exactly once', async () => {
-    const fauxqs = await startFauxqs();
-    const client = fauxqsClient(fauxqs.endpoint);
+    const { queue, env, close } = await startFauxqsQueue('simulate');
     const app = await startApp();
-    const env = fauxqsEnv(fauxqs.endpoint);
     try {
-      const queue = await createQueue(client, 'simulate');
       const sim = await runCli(
         [
           'simulate',
@@ -80,42 +77,33 @@ describe('partner-events simulate', () => {
         expect(d.t_ms - (first?.t_ms ?? 0)).toBeGreaterThanOrEqual(90); // 60 s / 600
       }
 
-      const worker = startCli(
-        [
-          'run',
-          '--source',
-          `sqs:${queue.url}`,
-          '--forward',
-          app.url,
-          '--dedupe',
-          `sqlite:${join(dir.path, 'd.db')}`,
-          '--dead-letter',
-          join(dir.path, 'dead.jsonl'),
-        ],
-        { env: { ...env, LOG_LEVEL: 'info' } },
+      const dedupe = `sqlite:${join(dir.path, 'd.db')}`;
+      const deadLetter = join(dir.path, 'dead.jsonl');
+      const source = `sqs:${queue.url}`;
+      const worker = await startRun(
+        ['--source', source, '--forward', app.url, '--dedupe', dedupe, '--dead-letter', deadLetter],
+        { env },
       );
       try {
         const genuine = k.first + k.duplicate + k.retry;
         // Every genuine delivery acked (handled or duplicate), every stale one dead-lettered.
         await vi.waitFor(
           () => {
-            const log = jsonLines(worker.output());
+            const log = worker.logs();
             expect(log.filter((l) => l.msg === 'event acked')).toHaveLength(genuine);
             expect(log.filter((l) => l.msg === 'event dead-lettered')).toHaveLength(k.stale);
           },
           { timeout: 20_000, interval: 50 },
         );
-        const received = app.received.map((r) => String(r.headers['partner-event-id']));
+        const received = app.eventIds();
         expect(received.sort()).toEqual([...summary.expected_event_ids].sort());
         for (const id of summary.must_not_handle) expect(received).not.toContain(id);
       } finally {
-        worker.child.kill('SIGTERM');
-        expect((await worker.done).code).toBe(0);
+        expect((await worker.stop()).code).toBe(0);
       }
     } finally {
-      client.destroy();
       await app.close();
-      await fauxqs.close();
+      await close();
     }
   }, 40_000);
 

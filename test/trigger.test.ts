@@ -7,7 +7,7 @@ import { TEST_SIGNING_SECRET } from '../src/consumer/testing.js';
 import { Keyring } from '../src/core/secrets.js';
 import { verifyMessage } from '../src/core/verify.js';
 import { runCli, startApp } from './support/cli.js';
-import { createQueue, fauxqsClient, fauxqsEnv, startFauxqs } from './support/fauxqs.js';
+import { startFauxqsQueue } from './support/fauxqs.js';
 import { tempDir } from './support/harness.js';
 import { jsonLines } from './support/records.js';
 
@@ -21,10 +21,8 @@ const keyring = new Keyring([{ id: 'current', secret: TEST_SIGNING_SECRET }]);
 
 describe('partner-events trigger', () => {
   it('sends one signed sample event to SQS, with --set fields at dotted paths and JSON values', async () => {
-    const fauxqs = await startFauxqs();
-    const client = fauxqsClient(fauxqs.endpoint);
+    const { client, queue, env, close } = await startFauxqsQueue('trigger');
     try {
-      const queue = await createQueue(client, 'trigger');
       const result = await runCli(
         [
           'trigger',
@@ -38,9 +36,7 @@ describe('partner-events trigger', () => {
           '--set',
           'nudge_id=n-42',
         ],
-        {
-          env: fauxqsEnv(fauxqs.endpoint),
-        },
+        { env },
       );
       expect(result.code).toBe(0);
       const eventId = result.stdout.trim();
@@ -58,8 +54,7 @@ describe('partner-events trigger', () => {
         target: { type: 'health_action', extra: { priority: 2 } },
       });
     } finally {
-      client.destroy();
-      await fauxqs.close();
+      await close();
     }
   });
 

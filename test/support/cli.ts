@@ -76,7 +76,7 @@ export type LogLine = { msg?: string; [k: string]: unknown };
  * `stop()` sends SIGTERM and resolves with the result.
  */
 export async function startRun(args: string[], options: CliOptions = {}) {
-  const cli = startCli(['run', ...args], { ...options, env: { LOG_LEVEL: 'info', ...options.env } });
+  const cli = startCli(['run', ...args], { ...options, env: { ...options.env, LOG_LEVEL: 'info' } });
   const logs = () => jsonLines(cli.output()) as LogLine[];
   const find = (msg: string) => logs().find((l) => l.msg?.startsWith(msg));
   const stop = () => {
@@ -151,6 +151,7 @@ export async function startServer(answer: (req: ReceivedRequest, res: ServerResp
     origin,
     url: `${origin}/events`,
     received,
+    server,
     /** The partner-event-id header of each request, in the order they came. */
     eventIds: () => received.map((r) => String(r.headers['partner-event-id'])),
     close: () => new Promise<void>((resolve) => server.close(() => resolve())),
@@ -160,6 +161,16 @@ export async function startServer(answer: (req: ReceivedRequest, res: ServerResp
 /** A stand-in for the partner's app on 127.0.0.1: answers each POST with `respond(req)`. */
 export function startApp(respond: (req: ReceivedRequest) => number = () => 204) {
   return startServer((req, res) => res.writeHead(respond(req)).end());
+}
+
+/** Waits until `app` has had as many requests as there are `events`, then checks they were those events. */
+export async function expectReceived(
+  app: Awaited<ReturnType<typeof startServer>>,
+  events: readonly { eventId: string }[],
+  timeout = 15_000,
+) {
+  await vi.waitFor(() => expect(app.received).toHaveLength(events.length), { timeout });
+  expect(app.eventIds().sort()).toEqual(events.map((e) => e.eventId).sort());
 }
 
 export function killed(child: ChildProcess): boolean {
