@@ -2,7 +2,7 @@
  * The transport registry (src/transports.ts): which transport each spec form opens, the sidecar
  * config's sections built from it, and descriptors that load no SDK until they are opened.
  */
-import { readFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterEach, describe, expect, it, vi } from 'vitest';
@@ -13,7 +13,8 @@ import { configLeaves, envName } from '../src/sidecar/config.js';
 import { describeSpec, specForms, TRANSPORTS, transportFor } from '../src/transports.js';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
-const SDKS = ['@aws-sdk/client-sqs', '@azure/storage-queue', '@azure/event-hubs', '@azure/identity'];
+/** Optional peers that adapters load besides their descriptor's `sdk`. */
+const OTHER_SDKS = ['@azure/identity', '@azure/storage-blob', '@azure/eventhubs-checkpointstore-blob'];
 
 afterEach(() => {
   vi.unstubAllEnvs();
@@ -113,11 +114,17 @@ describe('the options docs, from the schemas', () => {
 describe('descriptors and SDKs', () => {
   it('a descriptor module loads no SDK, not even through what it imports', () => {
     const loaded = new Set<string>();
-    for (const transport of ['file', 'http', 'sqs', 'storage-queue', 'event-hubs']) {
+    const descriptors = readdirSync(join(ROOT, 'adapters')).filter((name) =>
+      existsSync(join(ROOT, 'adapters', name, 'cli.ts')),
+    );
+    expect(descriptors).toHaveLength(TRANSPORTS.length);
+    for (const transport of descriptors) {
       for (const pkg of valueImports(join(ROOT, 'adapters', transport, 'cli.ts'))) loaded.add(pkg);
     }
     expect(loaded).toContain('zod'); // the scan follows imports (options schemas use zod)
-    for (const sdk of SDKS) expect(loaded).not.toContain(sdk);
+    const sdks = [...TRANSPORTS.flatMap((t) => ('sdk' in t ? [t.sdk] : [])), ...OTHER_SDKS];
+    expect(sdks).toContain('@aws-sdk/client-sqs');
+    for (const sdk of sdks) expect(loaded).not.toContain(sdk);
   });
 
   it('a missing SDK is named with the command that installs it', async () => {

@@ -19,7 +19,7 @@ export const standInTransport = defineTransport({
   source: {
     forms: 'stand-in:DIR (a spool directory, one file per envelope)',
     async open(spec, { options }) {
-      const { createStandInSource } = await import('./index.js');
+      const { createStandInSource } = await import('./adapter.js');
       return createStandInSource({ ...options, directory: directoryOf(spec, '--source') });
     },
   },
