@@ -15,6 +15,8 @@
  *   npm run bench -- --quick            smoke test (a few seconds)
  *   npm run bench -- --only verify      some sections, comma-separated (verify, pipeline, dedupe, sidecar)
  *   npm run bench -- --sizes 300B,2KB   some sizes (the sidecar section: 300 B unless given)
+ *   npm run bench -- --only sidecar --app-delay-ms 20 --sidecar-concurrency 16
+ *                                       the sidecar section against a slow app
  */
 import { fork } from 'node:child_process';
 import { availableParallelism, cpus } from 'node:os';
@@ -32,6 +34,9 @@ const { values } = parseArgs({
     quick: { type: 'boolean', default: false },
     only: { type: 'string' },
     sizes: { type: 'string' },
+    /** Sidecar section: the app's answer delay and the sidecar's --concurrency. */
+    'app-delay-ms': { type: 'string', default: '0' },
+    'sidecar-concurrency': { type: 'string' },
   },
 });
 const quick = values.quick;
@@ -261,12 +266,20 @@ if (runDedupe) {
 const sidecarResults: SidecarRow[] = [];
 if (runSidecar) {
   const plan = quick ? { n: 3000, reps: 1 } : { n: 30_000, reps: 3 };
+  const appDelayMs = Number(values['app-delay-ms']);
+  const sidecarConcurrency = values['sidecar-concurrency']
+    ? Number(values['sidecar-concurrency'])
+    : CONCURRENCY;
   console.log(
     `\n(d) Sidecar: partner-events run --forward to an app in its own process (answers 200) — ${fmtInt(plan.n)} events, ` +
-      `median of ${plan.reps}, --concurrency ${CONCURRENCY}, SQLite dedupe, default log level`,
+      `median of ${plan.reps}, --concurrency ${sidecarConcurrency}, SQLite dedupe, default log level` +
+      (appDelayMs > 0 ? `, the app answers after ${appDelayMs} ms` : ''),
   );
   console.log(
     '    run file → forward    = run --source file:F (tsx, as a user runs it from the source); log warn: no line per event',
+  );
+  console.log(
+    '    run file → handlers   = run --source file:F --handlers a no-op module (no forward; no floor)',
   );
   console.log(
     '    run ingress → forward = run --source http://…, 64 keep-alive senders in their own process, closed loop',
@@ -283,7 +296,13 @@ if (runSidecar) {
   for (const size of SIZES) {
     if (sizes ? !sizes.includes(size.label) : size.label !== '300 B') continue;
     sidecarResults.push(
-      ...(await runSidecarBench({ ...plan, bytes: size.bytes, size: size.label, concurrency: CONCURRENCY })),
+      ...(await runSidecarBench({
+        ...plan,
+        bytes: size.bytes,
+        size: size.label,
+        concurrency: sidecarConcurrency,
+        appDelayMs,
+      })),
     );
   }
   const floorOf = (r: SidecarRow) =>
@@ -295,7 +314,7 @@ if (runSidecar) {
   ];
   for (const r of sidecarResults) {
     const floor = floorOf(r);
-    const isFloor = r.row.startsWith('floor');
+    const isFloor = r.row.startsWith('floor') || r.row.includes('handlers');
     const ratio = !isFloor && floor ? r.eventsPerSec / floor.eventsPerSec : undefined;
     const goal = r.row.includes('file') ? SIDECAR_FILE_GOAL : SIDECAR_INGRESS_GOAL;
     srows.push([

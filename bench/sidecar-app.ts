@@ -3,7 +3,8 @@
  * keep-alive connections, and tells its parent (IPC) when the requests it was told to count
  * arrive, so the parent can read the sender's CPU time at those moments.
  *
- * Parent → app: `{ marks: [n1, n2, …] }` (resets the count; answered `{ ready: true }`).
+ * Parent → app: `{ marks: [n1, n2, …], delayMs? }` (resets the count and sets how long each
+ * answer waits, default 0; answered `{ ready: true }`).
  * App → parent: `{ listening: port }`, then `{ mark: n }` as the n-th request since the reset ends.
  */
 import { createServer } from 'node:http';
@@ -11,11 +12,15 @@ import type { AddressInfo } from 'node:net';
 
 let count = 0;
 let marks: number[] = [];
+let delayMs = 0;
 
 const server = createServer((req, res) => {
   req.on('data', () => {});
   req.on('end', () => {
-    res.writeHead(200, { 'content-type': 'text/plain', 'content-length': '2' }).end('ok');
+    const answer = () =>
+      res.writeHead(200, { 'content-type': 'text/plain', 'content-length': '2' }).end('ok');
+    if (delayMs > 0) setTimeout(answer, delayMs);
+    else answer();
     count++;
     if (count === marks[0]) {
       marks.shift();
@@ -27,10 +32,11 @@ const server = createServer((req, res) => {
 server.keepAliveTimeout = 120_000;
 server.headersTimeout = 121_000;
 
-process.on('message', (message: { marks?: number[] }) => {
+process.on('message', (message: { marks?: number[]; delayMs?: number }) => {
   if (message.marks) {
     count = 0;
     marks = [...message.marks];
+    delayMs = message.delayMs ?? 0;
     process.send?.({ ready: true });
   }
 });

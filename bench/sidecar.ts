@@ -6,6 +6,7 @@
  *
  *   run file → forward     `run --source file:F --forward APP` (and again with `--log-level warn`:
  *                          the default level writes a line per event)
+ *   run file → handlers    `run --source file:F --handlers` a no-op module (bench/sidecar-handlers.ts)
  *   floor file             the same operations in one bare loop (bench/sidecar-floor.ts)
  *   run ingress → forward  `run --source http://…` driven by 64 keep-alive senders, closed loop
  *   floor ingress          a bare node:http server doing the same, driven the same way
@@ -31,6 +32,7 @@ const CLOCK_TICK_US = 10_000; // USER_HZ = 100 on Linux
 export type SidecarRowName =
   | 'run file → forward'
   | 'run file → forward, log warn'
+  | 'run file → handlers (no-op)'
   | 'floor file'
   | 'run ingress → forward'
   | 'floor ingress';
@@ -53,6 +55,8 @@ export interface SidecarBenchOptions {
   readonly bytes: number;
   readonly size: string;
   readonly concurrency: number;
+  /** How long the app takes to answer each request, ms (default 0). */
+  readonly appDelayMs?: number;
 }
 
 /** utime + stime of a live process, µs. */
@@ -96,7 +100,7 @@ const exited = (child: ChildProcess) =>
   });
 
 /** The app process and the marks it reports. */
-async function startApp() {
+async function startApp(delayMs: number) {
   const child = fork(here('./sidecar-app.ts'), [], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
   const port = await once(child, (m) => (m as { listening?: number }).listening);
   return {
@@ -129,13 +133,13 @@ async function startApp() {
         }
       };
       child.on('message', onMessage);
-      child.send({ marks });
+      child.send({ marks, delayMs });
       await once(child, (m) => (m as { ready?: boolean }).ready);
       return { from, to };
     },
     /** Counts requests from zero again, with no marks. */
     async reset(): Promise<void> {
-      child.send({ marks: [] });
+      child.send({ marks: [], delayMs });
       await once(child, (m) => (m as { ready?: boolean }).ready);
     },
     close: async () => {
@@ -145,8 +149,8 @@ async function startApp() {
   };
 }
 
-function startSidecar(args: string[]): ChildProcess {
-  const env: NodeJS.ProcessEnv = { ...process.env, PARTNER_EVENTS_SIGNING_SECRET: OUR_SECRET };
+function startSidecar(args: string[], extraEnv: NodeJS.ProcessEnv = {}): ChildProcess {
+  const env: NodeJS.ProcessEnv = { ...process.env, PARTNER_EVENTS_SIGNING_SECRET: OUR_SECRET, ...extraEnv };
   delete env.LOG_LEVEL; // the default level, as deployed
   const child = spawn(process.execPath, ['--import', 'tsx', MAIN, 'run', ...args], {
     env,
@@ -214,6 +218,44 @@ async function repetition(options: SidecarBenchOptions, app: Awaited<ReturnType<
       const code = await exited(child);
       if (code !== 0) throw new Error(`${row} exited ${code}`);
       result[row] = { ...rate(window, a, b), wallMs: performance.now() - started };
+    }
+
+    // run file → handlers: a no-op module, which reports its own marks (no app request to count)
+    {
+      fresh();
+      const child = startSidecar(
+        [
+          '--source',
+          `file:${file}`,
+          '--dedupe',
+          `sqlite:${join(dir, 'handlers.db')}`,
+          '--dead-letter',
+          join(dir, 'dead-handlers.jsonl'),
+          '--handlers',
+          here('./sidecar-handlers.ts'),
+          '--concurrency',
+          String(options.concurrency),
+          '--no-ops',
+        ],
+        { PHE_BENCH_MARKS: `${warm},${options.n}` },
+      );
+      const marks: { cpuUs: number; atMs: number }[] = [];
+      let text = '';
+      child.stderr?.on('data', (d: string) => {
+        text += d;
+        for (const match of text.matchAll(/^PHE_BENCH_MARK (.*)$/gm))
+          marks.push(JSON.parse(match[1] as string));
+        text = text.slice(text.lastIndexOf('\n') + 1);
+      });
+      const code = await exited(child);
+      const [a, b] = marks;
+      if (code !== 0 || !a || !b)
+        throw new Error(`run file → handlers exited ${code} with ${marks.length} marks`);
+      result['run file → handlers (no-op)'] = rate(
+        window,
+        { at: a.atMs, cpu: a.cpuUs },
+        { at: b.atMs, cpu: b.cpuUs },
+      );
     }
 
     // floor file
@@ -325,7 +367,7 @@ async function waitForPort(port: number, child: ChildProcess): Promise<void> {
 }
 
 export async function runSidecarBench(options: SidecarBenchOptions): Promise<SidecarRow[]> {
-  const app = await startApp();
+  const app = await startApp(options.appDelayMs ?? 0);
   const runs: Awaited<ReturnType<typeof repetition>>[] = [];
   try {
     for (let r = 0; r < options.reps; r++) runs.push(await repetition(options, app));
@@ -335,6 +377,7 @@ export async function runSidecarBench(options: SidecarBenchOptions): Promise<Sid
   const names: SidecarRowName[] = [
     'run file → forward',
     'run file → forward, log warn',
+    'run file → handlers (no-op)',
     'floor file',
     'run ingress → forward',
     'floor ingress',
