@@ -44,43 +44,30 @@ export class ConsumerMetrics {
     this.#ignored = counter('ignored_total', 'Events acked without a handler (no route, or unknown type).');
     this.#retried = counter('retried_total', 'Deliveries given back for a retry, by code.', ['code']);
     this.#dead = counter('dead_lettered_total', 'Deliveries written to the dead letters, by code.', ['code']);
-    this.#latency = new Histogram({
-      name: 'partner_events_processing_seconds',
-      help: 'Time from receipt to outcome (verification, dedupe, handlers), by outcome.',
-      labelNames: ['outcome'],
-      buckets: [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30],
-      registers,
-    });
-    this.#handlerLatency = new Histogram({
-      name: 'partner_events_handler_seconds',
-      help: 'Time spent in the handlers (or forwarding to the app), by outcome: ok or failed.',
-      labelNames: ['outcome'],
-      buckets: [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60],
-      registers,
-    });
-    this.#age = new Histogram({
-      name: 'partner_events_event_age_seconds',
-      help: 'Age of verified events at receipt (now − signed_at): queue lag, or clock skew when negative.',
-      buckets: [-60, -5, 0, 1, 5, 15, 60, 300, 900, 3600, 21_600, 86_400],
-      registers,
-    });
-    const { inFlight, ready } = options;
-    new Gauge({
-      name: 'partner_events_in_flight',
-      help: 'Messages being processed now.',
-      registers,
-      collect() {
-        this.set(inFlight?.() ?? 0);
-      },
-    });
-    new Gauge({
-      name: 'partner_events_ready',
-      help: '1 when /readyz would answer 200.',
-      registers,
-      collect() {
-        this.set(ready?.() ? 1 : 0);
-      },
-    });
+    const histogram = <L extends string>(
+      name: string,
+      help: string,
+      buckets: number[],
+      labelNames: L[] = [],
+    ) => new Histogram<L>({ name: `partner_events_${name}`, help, labelNames, buckets, registers });
+    this.#latency = histogram(
+      'processing_seconds',
+      'Time from receipt to outcome (verification, dedupe, handlers), by outcome.',
+      [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30],
+      ['outcome'],
+    );
+    this.#handlerLatency = histogram(
+      'handler_seconds',
+      'Time spent in the handlers (or forwarding to the app), by outcome: ok or failed.',
+      [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60],
+      ['outcome'],
+    );
+    this.#age = histogram(
+      'event_age_seconds',
+      'Age of verified events at receipt (now − signed_at): queue lag, or clock skew when negative.',
+      [-60, -5, 0, 1, 5, 15, 60, 300, 900, 3600, 21_600, 86_400],
+    );
+    registerStateGauges(registers, options);
   }
 
   /** Pass as (or call from) the consumer's `onSettled`. */
@@ -113,4 +100,27 @@ export class ConsumerMetrics {
     if (outcome.kind === 'retry') this.#retried.inc({ code: outcome.code });
     else this.#dead.inc({ code: outcome.code });
   }
+}
+
+/** Gauges read when scraped: messages in flight, and whether /readyz would answer 200. */
+function registerStateGauges(
+  registers: Registry[],
+  { inFlight, ready }: { inFlight?: () => number; ready?: () => boolean },
+): void {
+  new Gauge({
+    name: 'partner_events_in_flight',
+    help: 'Messages being processed now.',
+    registers,
+    collect() {
+      this.set(inFlight?.() ?? 0);
+    },
+  });
+  new Gauge({
+    name: 'partner_events_ready',
+    help: '1 when /readyz would answer 200.',
+    registers,
+    collect() {
+      this.set(ready?.() ? 1 : 0);
+    },
+  });
 }
