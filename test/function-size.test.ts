@@ -17,7 +17,6 @@ const NOT_YET_SPLIT = new Set([
   'src/cli/simulator.ts simulate',
   'src/cli/simulate.ts simulateCommand',
   'src/cli/demo.ts demoCommand',
-  'src/consumer/testing.ts createHandlerSpy',
 ]);
 
 interface LongFunction {

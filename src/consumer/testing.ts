@@ -188,16 +188,37 @@ export class HandlerSpyTimeoutError extends Error {
 export function createHandlerSpy<E extends { readonly event_id: string } = PartnerEvent | UnknownEvent>(
   impl?: Handler<E>,
 ): HandlerSpy<E> {
-  type Call = { -readonly [K in keyof HandlerCall<E>]: HandlerCall<E>[K] };
-  const calls: Call[] = [];
-  const waiters = new Set<{ check(): boolean }>();
+  const calls: MutableCall<E>[] = [];
+  const waiters = new Set<Waiter>();
   const settled = () => {
     for (const waiter of waiters) if (waiter.check()) waiters.delete(waiter);
   };
-  const finished = (eventId: string, times: number) =>
-    calls.filter((c) => c.event.event_id === eventId && c.state !== 'running')[times - 1];
-  const handler: Handler<E> = async (event, context) => {
-    const call: Call = { event, context, state: 'running' };
+  return {
+    handler: recordingHandler(impl, calls, settled),
+    calls,
+    count: (eventId) => calls.filter((c) => c.event.event_id === eventId).length,
+    waitFor: (eventId, options = {}) => waitForCall(calls, waiters, eventId, options),
+    reset() {
+      calls.length = 0;
+    },
+  };
+}
+
+type MutableCall<E> = { -readonly [K in keyof HandlerCall<E>]: HandlerCall<E>[K] };
+
+/** A pending `waitFor`: `check` settles it when its call has finished, and says whether it did. */
+interface Waiter {
+  check(): boolean;
+}
+
+/** Runs `impl` (or nothing), recording the call and its end in `calls`; `settled` after each. */
+function recordingHandler<E>(
+  impl: Handler<E> | undefined,
+  calls: MutableCall<E>[],
+  settled: () => void,
+): Handler<E> {
+  return async (event, context) => {
+    const call: MutableCall<E> = { event, context, state: 'running' };
     calls.push(call);
     try {
       const result = impl ? await impl(event, context) : undefined;
@@ -211,38 +232,39 @@ export function createHandlerSpy<E extends { readonly event_id: string } = Partn
       settled();
     }
   };
-  return {
-    handler,
-    calls,
-    count: (eventId) => calls.filter((c) => c.event.event_id === eventId).length,
-    waitFor(eventId, options = {}) {
-      const times = options.times ?? 1;
-      const timeoutMs = options.timeoutMs ?? 5000;
-      const done = finished(eventId, times);
-      if (done) return Promise.resolve(done);
-      return new Promise((resolve, reject) => {
-        const waiter = {
-          check() {
-            const call = finished(eventId, times);
-            if (!call) return false;
-            clearTimeout(timer);
-            resolve(call);
-            return true;
-          },
-        };
-        const timer = setTimeout(() => {
-          waiters.delete(waiter);
-          reject(
-            new HandlerSpyTimeoutError(
-              `handler was not called ${times === 1 ? '' : `${times} times `}for ${eventId} within ${timeoutMs} ms (${calls.length} calls so far)`,
-            ),
-          );
-        }, timeoutMs);
-        waiters.add(waiter);
-      });
-    },
-    reset() {
-      calls.length = 0;
-    },
-  };
+}
+
+/** The `times`-th finished call for `eventId`, now or once it finishes; rejects after `timeoutMs`. */
+function waitForCall<E extends { readonly event_id: string }>(
+  calls: readonly HandlerCall<E>[],
+  waiters: Set<Waiter>,
+  eventId: string,
+  options: { timeoutMs?: number; times?: number },
+): Promise<HandlerCall<E>> {
+  const times = options.times ?? 1;
+  const timeoutMs = options.timeoutMs ?? 5000;
+  const finished = () =>
+    calls.filter((c) => c.event.event_id === eventId && c.state !== 'running')[times - 1];
+  const done = finished();
+  if (done) return Promise.resolve(done);
+  return new Promise((resolve, reject) => {
+    const waiter = {
+      check() {
+        const call = finished();
+        if (!call) return false;
+        clearTimeout(timer);
+        resolve(call);
+        return true;
+      },
+    };
+    const timer = setTimeout(() => {
+      waiters.delete(waiter);
+      reject(
+        new HandlerSpyTimeoutError(
+          `handler was not called ${times === 1 ? '' : `${times} times `}for ${eventId} within ${timeoutMs} ms (${calls.length} calls so far)`,
+        ),
+      );
+    }, timeoutMs);
+    waiters.add(waiter);
+  });
 }
