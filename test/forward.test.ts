@@ -10,7 +10,7 @@ import { createTestEnvelope } from '../src/consumer/testing.js';
 import { ConfigError } from '../src/core/errors.js';
 import { createForwarder } from '../src/sidecar/forward.js';
 import { runCli, runReplay, runWithConfig, startServer } from './support/cli.js';
-import { harness, tempDir } from './support/harness.js';
+import { type Harness, harness, tempDir } from './support/harness.js';
 import { jsonLines, readJsonl, writeJsonl } from './support/records.js';
 import { thrownBy } from './support/thrown.js';
 
@@ -332,6 +332,16 @@ async function startIdleClosingApp() {
   };
 }
 
+/** Starts the harness's consumer forwarding every type, sends it `count` events; resolves once each settled. */
+async function forwardEvents(h: Harness, forward: ReturnType<typeof createForwarder>, count: number) {
+  h.consumer.on('*', forward);
+  await h.consumer.start();
+  const events = Array.from({ length: count }, () => createTestEnvelope('daily.data.steps.created'));
+  for (const e of events) h.source.send(e.raw);
+  await Promise.all(events.map((e) => h.waitFor((r) => r.eventId === e.eventId)));
+  return events;
+}
+
 describe('forwarding over a keep-alive pool', () => {
   it('reuses connections: 200 events over at most `connections` connections, bodies of the answers read', async () => {
     const sockets = new Set<Socket>();
@@ -345,11 +355,7 @@ describe('forwarding over a keep-alive pool', () => {
     const h = harness({ concurrency: 8 });
     const forward = createForwarder({ url: app.url, connections: 8 });
     try {
-      h.consumer.on('*', forward);
-      await h.consumer.start();
-      const events = Array.from({ length: 200 }, () => createTestEnvelope('daily.data.steps.created'));
-      for (const e of events) h.source.send(e.raw);
-      await Promise.all(events.map((e) => h.waitFor((r) => r.eventId === e.eventId)));
+      await forwardEvents(h, forward, 200);
       expect(h.reports.every((r) => r.outcome.kind === 'ack')).toBe(true);
       expect(app.received).toHaveLength(200);
       expect(accepted).toBeGreaterThan(0);
@@ -372,11 +378,7 @@ describe('forwarding over a keep-alive pool', () => {
     const h = harness({ concurrency: 1 });
     const forward = createForwarder({ url: app.url, connections: 1 });
     try {
-      h.consumer.on('*', forward);
-      await h.consumer.start();
-      const events = Array.from({ length: 5 }, () => createTestEnvelope('daily.data.steps.created'));
-      for (const e of events) h.source.send(e.raw);
-      await Promise.all(events.map((e) => h.waitFor((r) => r.eventId === e.eventId)));
+      const events = await forwardEvents(h, forward, 5);
       // Each event after the first met a reused connection that the app closed, and went again.
       expect(h.reports.map((r) => r.outcome)).toEqual(Array(5).fill({ kind: 'ack', result: 'handled' }));
       const answered = new Map<number, string>();

@@ -37,6 +37,8 @@ const eventArb = fc.record({
 const signedAtArb = fc.integer({ min: 0, max: 2 ** 40 });
 
 interface Signed {
+  event: { eventId: string; eventType: string };
+  signedAt: number;
   raw: string;
   envelope: { event_id: string; event_type: string; signed_at: number; signature: string; body: string };
   body: string;
@@ -60,6 +62,8 @@ function signed(
   };
   const secrets: SigningSecret[] = [{ id: 'k', secret }];
   return {
+    event,
+    signedAt,
     raw: JSON.stringify(envelope),
     envelope,
     body,
@@ -68,6 +72,11 @@ function signed(
     now: signedAt * 1000,
   };
 }
+
+/** An envelope of any event, signed with any secret at any signed_at. */
+const signedArb = fc
+  .tuple(eventArb, secretArb, signedAtArb)
+  .map(([event, secret, signedAt]) => signed(event, secret, signedAt));
 
 /** Runs verification; returns the result, or the code of a VerificationError. Any other throw fails. */
 function outcome(raw: string | Uint8Array, options: VerifyOptions) {
@@ -80,6 +89,11 @@ function outcome(raw: string | Uint8Array, options: VerifyOptions) {
   }
 }
 
+/** Verifies `raw` with the keyring that signed `s`, as of its signing time, at any size. */
+function verifySigned(s: Signed, raw: string | Uint8Array) {
+  return outcome(raw, { keyring: s.keyring, now: s.now, maxEnvelopeBytes: 1 << 24 });
+}
+
 /** A different UTF-16 code unit that is not a surrogate (lone surrogates: test/regressions.test.ts). */
 const otherCharArb = fc
   .integer({ min: 0, max: 0xffff })
@@ -89,10 +103,10 @@ const otherCharArb = fc
 describe('sign → verify round trip', () => {
   it('any JSON object body, any secret, any signed_at: verifies, with ids and payload from the body', () => {
     fc.assert(
-      fc.property(eventArb, secretArb, signedAtArb, (event, secret, signedAt) => {
-        const s = signed(event, secret, signedAt);
+      fc.property(signedArb, (s) => {
+        const { event, signedAt } = s;
         for (const raw of [s.raw, Buffer.from(s.raw, 'utf8')]) {
-          const r = outcome(raw, { keyring: s.keyring, now: s.now, maxEnvelopeBytes: 1 << 24 });
+          const r = verifySigned(s, raw);
           expect(r.ok).toBe(true);
           if (!r.ok) return;
           expect(r.result.payload).toEqual(s.expected);
@@ -147,46 +161,30 @@ describe('sign → verify round trip', () => {
 describe('tampering', () => {
   it('changing any single character of the signed body → SIGNATURE_MISMATCH', () => {
     fc.assert(
-      fc.property(
-        eventArb,
-        secretArb,
-        signedAtArb,
-        fc.nat(),
-        otherCharArb,
-        (event, secret, signedAt, at, c) => {
-          const s = signed(event, secret, signedAt);
-          const i = at % s.body.length;
-          fc.pre(s.body[i] !== c);
-          const body = s.body.slice(0, i) + c + s.body.slice(i + 1);
-          const raw = JSON.stringify({ ...s.envelope, body });
-          const r = outcome(raw, { keyring: s.keyring, now: s.now, maxEnvelopeBytes: 1 << 24 });
-          // Replacing half of a surrogate pair leaves a lone surrogate: refused before the HMAC.
-          const code = body.isWellFormed() ? 'SIGNATURE_MISMATCH' : 'MALFORMED_ENVELOPE';
-          expect(r).toEqual({ ok: false, code });
-        },
-      ),
+      fc.property(signedArb, fc.nat(), otherCharArb, (s, at, c) => {
+        const i = at % s.body.length;
+        fc.pre(s.body[i] !== c);
+        const body = s.body.slice(0, i) + c + s.body.slice(i + 1);
+        const raw = JSON.stringify({ ...s.envelope, body });
+        const r = verifySigned(s, raw);
+        // Replacing half of a surrogate pair leaves a lone surrogate: refused before the HMAC.
+        const code = body.isWellFormed() ? 'SIGNATURE_MISMATCH' : 'MALFORMED_ENVELOPE';
+        expect(r).toEqual({ ok: false, code });
+      }),
       params,
     );
   });
 
   it('changing any single character of the signature → SIGNATURE_MISMATCH (case changes are no change)', () => {
     fc.assert(
-      fc.property(
-        eventArb,
-        secretArb,
-        signedAtArb,
-        fc.nat(63),
-        otherCharArb,
-        (event, secret, signedAt, i, c) => {
-          const s = signed(event, secret, signedAt);
-          const original = s.envelope.signature[i] as string;
-          fc.pre(original.toLowerCase() !== c.toLowerCase());
-          const signature = s.envelope.signature.slice(0, i) + c + s.envelope.signature.slice(i + 1);
-          const raw = JSON.stringify({ ...s.envelope, signature });
-          const r = outcome(raw, { keyring: s.keyring, now: s.now, maxEnvelopeBytes: 1 << 24 });
-          expect(r).toEqual({ ok: false, code: 'SIGNATURE_MISMATCH' });
-        },
-      ),
+      fc.property(signedArb, fc.nat(63), otherCharArb, (s, i, c) => {
+        const original = s.envelope.signature[i] as string;
+        fc.pre(original.toLowerCase() !== c.toLowerCase());
+        const signature = s.envelope.signature.slice(0, i) + c + s.envelope.signature.slice(i + 1);
+        const raw = JSON.stringify({ ...s.envelope, signature });
+        const r = verifySigned(s, raw);
+        expect(r).toEqual({ ok: false, code: 'SIGNATURE_MISMATCH' });
+      }),
       params,
     );
   });
@@ -194,15 +192,13 @@ describe('tampering', () => {
   it('changing signed_at by any amount → SIGNATURE_MISMATCH (or an age error, never success)', () => {
     fc.assert(
       fc.property(
-        eventArb,
-        secretArb,
-        signedAtArb,
+        signedArb,
         fc.integer({ min: -1000, max: 1000 }).filter((d) => d !== 0),
-        (event, secret, signedAt, delta) => {
-          const s = signed(event, secret, signedAt);
+        (s, delta) => {
+          const { signedAt } = s;
           fc.pre(signedAt + delta >= 0);
           const raw = JSON.stringify({ ...s.envelope, signed_at: signedAt + delta });
-          const r = outcome(raw, { keyring: s.keyring, now: s.now, maxEnvelopeBytes: 1 << 24 });
+          const r = verifySigned(s, raw);
           expect(r.ok).toBe(false);
           if (!r.ok)
             expect(['SIGNATURE_MISMATCH', 'TIMESTAMP_TOO_OLD', 'TIMESTAMP_TOO_NEW']).toContain(r.code);
@@ -214,28 +210,21 @@ describe('tampering', () => {
 
   it('flipping any bit of the raw message bytes: a VerificationError, or a success that trusts the same content', () => {
     fc.assert(
-      fc.property(
-        eventArb,
-        secretArb,
-        signedAtArb,
-        fc.nat(),
-        fc.integer({ min: 0, max: 7 }),
-        (event, secret, signedAt, at, bit) => {
-          const s = signed(event, secret, signedAt);
-          const bytes = new Uint8Array(Buffer.from(s.raw, 'utf8'));
-          const i = at % bytes.length;
-          bytes[i] = (bytes[i] as number) ^ (1 << bit);
-          const r = outcome(bytes, { keyring: s.keyring, now: s.now, maxEnvelopeBytes: 1 << 24 });
-          if (r.ok) {
-            // Only harmless changes may pass (e.g. the case of a hex digit of the signature).
-            expect(r.result.payload).toEqual(s.expected);
-            expect(r.result.eventId).toBe(event.eventId);
-            expect(r.result.eventType).toBe(event.eventType);
-            expect(r.result.signedAt).toBe(signedAt);
-            expect(r.result.envelope.body).toBe(s.body);
-          }
-        },
-      ),
+      fc.property(signedArb, fc.nat(), fc.integer({ min: 0, max: 7 }), (s, at, bit) => {
+        const { event, signedAt } = s;
+        const bytes = new Uint8Array(Buffer.from(s.raw, 'utf8'));
+        const i = at % bytes.length;
+        bytes[i] = (bytes[i] as number) ^ (1 << bit);
+        const r = verifySigned(s, bytes);
+        if (r.ok) {
+          // Only harmless changes may pass (e.g. the case of a hex digit of the signature).
+          expect(r.result.payload).toEqual(s.expected);
+          expect(r.result.eventId).toBe(event.eventId);
+          expect(r.result.eventType).toBe(event.eventType);
+          expect(r.result.signedAt).toBe(signedAt);
+          expect(r.result.envelope.body).toBe(s.body);
+        }
+      }),
       { numRuns: NUM_RUNS * 2 },
     );
   });
@@ -243,17 +232,14 @@ describe('tampering', () => {
   it('replacing the envelope copies of the ids → ENVELOPE_MISMATCH', () => {
     fc.assert(
       fc.property(
-        eventArb,
-        secretArb,
-        signedAtArb,
+        signedArb,
         fc.string({ unit: 'binary', minLength: 1, maxLength: 40 }),
         fc.boolean(),
-        (event, secret, signedAt, other, whichId) => {
-          const s = signed(event, secret, signedAt);
+        (s, other, whichId) => {
           const field = whichId ? 'event_id' : 'event_type';
           fc.pre(s.envelope[field] !== other);
           const raw = JSON.stringify({ ...s.envelope, [field]: other });
-          const r = outcome(raw, { keyring: s.keyring, now: s.now, maxEnvelopeBytes: 1 << 24 });
+          const r = verifySigned(s, raw);
           expect(r).toEqual({ ok: false, code: 'ENVELOPE_MISMATCH' });
         },
       ),
