@@ -39,7 +39,7 @@ export interface SimulationOptions {
 }
 
 export interface DeliveryRecord {
-  /** Since the start, ms. */
+  /** When the envelope was handed to the target, in ms since the start. */
   readonly t_ms: number;
   readonly kind: DeliveryKind;
   /** 1 for the first delivery; the publisher's attempt number for retries. */
@@ -164,6 +164,9 @@ export async function simulate(options: SimulationOptions): Promise<SimulationRe
 
   const deliver = async (item: Pending, raw: string, signedAt: number) => {
     const { planned } = item;
+    // When the envelope was handed to the target: a slow answer must not make the delivery look
+    // later than it was (a retry would then seem to follow its first delivery too soon).
+    const sentAt = elapsed();
     let delivery: Delivery;
     try {
       delivery = await options.target.send({
@@ -198,7 +201,7 @@ export async function simulate(options: SimulationOptions): Promise<SimulationRe
       }
     }
     options.onDelivery?.({
-      t_ms: Math.round(elapsed()),
+      t_ms: Math.round(sentAt),
       kind: item.kind,
       attempt: item.attempt,
       event_id: planned.eventId,
