@@ -16,7 +16,6 @@ const NOT_YET_SPLIT = new Set([
   'src/cli/replay.ts dryRun',
   'src/cli/simulator.ts simulate',
   'src/cli/simulate.ts simulateCommand',
-  'src/cli/demo.ts demoCommand',
 ]);
 
 interface LongFunction {

@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { styleText } from 'node:util';
 // The demo feeds its own in-process queue, so it holds the memory source itself rather than a
 // source a spec names: not through the transport registry (no SDK either way).
-import { createMemorySource } from '../../adapters/memory/index.js';
+import { createMemorySource, type MemorySource } from '../../adapters/memory/index.js';
 import { createConsumer, type SettledReport } from '../consumer/consumer.js';
 import { createTestEnvelope } from '../consumer/testing.js';
 import { EVENT_TYPES } from '../core/events/schemas.js';
@@ -40,14 +40,8 @@ export async function demoCommand(args: string[]): Promise<number> {
   const app = await startApp();
   const source = createMemorySource({ name: 'demo-queue', endWhenEmpty: true });
   const deadLetterPath = join(dir, 'dead-letters.jsonl');
-  const stats = { handled: 0, duplicates: 0, dead: 0, retries: 0 };
-
-  writeLine(styleText('bold', 'partner-health-events demo'));
-  writeLine(`  queue      in-process (stands in for SQS / Event Hubs / Storage Queue)`);
-  writeLine(`  dedupe     SQLite ${join(dir, 'dedupe.db')}`);
-  writeLine(`  your app   ${describeUrl(app.url)} (a stand-in HTTP service)`);
-  writeLine(`  dead       ${deadLetterPath}`);
-  writeLine('');
+  const stats: DemoStats = { handled: 0, duplicates: 0, dead: 0, retries: 0 };
+  printSetup(join(dir, 'dedupe.db'), app.url, deadLetterPath);
 
   const consumer = createConsumer({
     source,
@@ -62,8 +56,38 @@ export async function demoCommand(args: string[]): Promise<number> {
   });
   const forward = createForwarder({ url: app.url, connections: 4 });
   consumer.on('*', forward);
+  const sent = publish(source, count);
 
-  // The publisher: every catalog type once, then the kinds of trouble a real queue brings.
+  await consumer.start();
+  await consumer.stopped;
+  await forward.close();
+  await app.close();
+  const once = sent.every((id) => app.received.get(id) === 1);
+  printTotals(stats, app.received.size, once, deadLetterPath);
+  return once && stats.handled === sent.length ? 0 : 1;
+}
+
+interface DemoStats {
+  handled: number;
+  duplicates: number;
+  dead: number;
+  retries: number;
+}
+
+function printSetup(dedupePath: string, appUrl: string, deadLetterPath: string): void {
+  writeLine(styleText('bold', 'partner-health-events demo'));
+  writeLine(`  queue      in-process (stands in for SQS / Event Hubs / Storage Queue)`);
+  writeLine(`  dedupe     SQLite ${dedupePath}`);
+  writeLine(`  your app   ${describeUrl(appUrl)} (a stand-in HTTP service)`);
+  writeLine(`  dead       ${deadLetterPath}`);
+  writeLine('');
+}
+
+/**
+ * The publisher: every catalog type once (`count` events in all), then the kinds of trouble a
+ * real queue brings. Returns the ids of the genuine events, each of which the app must get once.
+ */
+function publish(source: MemorySource, count: number): string[] {
   const sent: string[] = [];
   for (let i = 0; i < count; i++) {
     const type = EVENT_TYPES[i % EVENT_TYPES.length] ?? 'daily.data.heart_rate.created';
@@ -83,13 +107,10 @@ export async function demoCommand(args: string[]): Promise<number> {
       signedAt: Math.floor(Date.now() / 1000) - 3600,
     }).raw,
   ); // an old capture, re-sent: fresh enqueue time, stale signature
+  return sent;
+}
 
-  await consumer.start();
-  await consumer.stopped;
-  await forward.close();
-  await app.close();
-
-  const once = sent.every((id) => app.received.get(id) === 1);
+function printTotals(stats: DemoStats, distinct: number, once: boolean, deadLetterPath: string): void {
   writeLine('');
   writeLine(
     styleText(
@@ -98,20 +119,16 @@ export async function demoCommand(args: string[]): Promise<number> {
     ),
   );
   writeLine(
-    `your app received ${app.received.size} distinct events${once ? ', each exactly once' : ' (some more than once!)'}; ` +
+    `your app received ${distinct} distinct events${once ? ', each exactly once' : ' (some more than once!)'}; ` +
       `nothing forged or stale reached it.`,
   );
   writeLine(`dead letters: ${deadLetterPath}`);
   writeLine(
     `  inspect them: PARTNER_EVENTS_SIGNING_SECRET=${DEMO_SECRET} npx partner-events verify ${deadLetterPath}`,
   );
-  return once && stats.handled === sent.length ? 0 : 1;
 }
 
-function printOutcome(
-  report: SettledReport,
-  stats: { handled: number; duplicates: number; dead: number; retries: number },
-) {
+function printOutcome(report: SettledReport, stats: DemoStats) {
   const { outcome } = report;
   // Escaped piece by piece: the label's own colours are escape sequences too.
   const type = terminalSafe(report.eventType ?? '(unverified)').padEnd(36);
