@@ -14,7 +14,6 @@ const MAX_LINES = 60;
 const NOT_YET_SPLIT = new Set([
   'src/cli/replay.ts replayCommand',
   'src/cli/replay.ts dryRun',
-  'src/cli/simulator.ts simulate',
   'src/cli/simulate.ts simulateCommand',
 ]);
 

@@ -110,15 +110,60 @@ interface Pending {
  */
 export async function simulate(options: SimulationOptions): Promise<SimulationResult> {
   const random = prng(options.seed);
-  const forgedSecret = `forged-${randomUUID()}`;
-  const queue: Pending[] = [];
-  const schedule = (item: Pending) => {
-    let i = queue.length;
-    while (i > 0 && (queue[i - 1] as Pending).at > item.at) i--;
-    queue.splice(i, 0, item);
+  const schedule = new Schedule();
+  const events = planEvents(options, random, schedule);
+  const sender = new Sender(options, schedule, random);
+  const interrupted = await sender.run();
+  return {
+    ...sender.counts,
+    expected: events.filter((e) => e.genuine && e.accepted).map((e) => e.eventId),
+    mustNotHandle: events.filter((e) => !e.genuine).map((e) => e.eventId),
+    undelivered: events.filter((e) => e.genuine && !e.accepted).map((e) => e.eventId),
+    abandoned: schedule.length,
+    durationMs: Math.round(sender.elapsedMs()),
+    interrupted,
   };
+}
+
+/** The deliveries still to send, in time order. */
+class Schedule {
+  readonly #queue: Pending[] = [];
   /** `<event_id>#<attempt>` of every retry scheduled, so a failure never schedules one twice. */
-  const retriedAfterFailure = new Set<string>();
+  readonly #retries = new Set<string>();
+
+  get length(): number {
+    return this.#queue.length;
+  }
+
+  /** The next delivery due, left in place. */
+  peek(): Pending | undefined {
+    return this.#queue[0];
+  }
+
+  shift(): Pending | undefined {
+    return this.#queue.shift();
+  }
+
+  add(item: Pending): void {
+    let i = this.#queue.length;
+    while (i > 0 && (this.#queue[i - 1] as Pending).at > item.at) i--;
+    this.#queue.splice(i, 0, item);
+  }
+
+  /** Schedules delivery `attempt` of a genuine event as a retry, unless it already is. */
+  addRetry(planned: PlannedEvent, attempt: number, at: number): void {
+    const key = `${planned.eventId}#${attempt}`;
+    if (this.#retries.has(key)) return;
+    this.#retries.add(key);
+    this.add({ at, kind: 'retry', attempt, planned });
+  }
+}
+
+/**
+ * Draws rate × duration events and schedules their deliveries: each event is genuine, forged or
+ * stale; a genuine one may get a duplicate within a second and a retry on the spec's schedule.
+ */
+function planEvents(options: SimulationOptions, random: () => number, schedule: Schedule): PlannedEvent[] {
   const count = Math.max(1, Math.round(options.rate * options.durationSeconds));
   const events: PlannedEvent[] = [];
   for (let i = 0; i < count; i++) {
@@ -137,51 +182,119 @@ export async function simulate(options: SimulationOptions): Promise<SimulationRe
     };
     events.push(planned);
     const at = (i * 1000) / options.rate;
-    schedule({ at, kind, attempt: 1, planned });
+    schedule.add({ at, kind, attempt: 1, planned });
     if (kind !== 'first') continue;
     if (random() < options.duplicates)
-      schedule({ at: at + random() * 1000, kind: 'duplicate', attempt: 1, planned });
-    if (random() < options.retries) {
-      retriedAfterFailure.add(`${planned.eventId}#2`);
-      schedule({ at: at + retryDelayMs(1, options.timeScale), kind: 'retry', attempt: 2, planned });
-    }
+      schedule.add({ at: at + random() * 1000, kind: 'duplicate', attempt: 1, planned });
+    if (random() < options.retries) schedule.addRetry(planned, 2, at + retryDelayMs(1, options.timeScale));
+  }
+  return events;
+}
+
+/**
+ * Sends the scheduled deliveries when due, at most `concurrency` at once, until the schedule is
+ * empty, the deadline (duration + drain) passes or the signal aborts; counts what happened.
+ */
+class Sender {
+  readonly counts: Pick<SimulationResult, 'byKind'> & { sent: number; accepted: number; errors: number } = {
+    sent: 0,
+    accepted: 0,
+    errors: 0,
+    byKind: { first: 0, duplicate: 0, retry: 0, forged: 0, stale: 0 },
+  };
+  readonly #options: SimulationOptions;
+  readonly #schedule: Schedule;
+  readonly #random: () => number;
+  readonly #forgedSecret = `forged-${randomUUID()}`;
+  #started = performance.now();
+  #inFlight = 0;
+  /** Resolves the loop's wait when a send ends or schedules something. */
+  #changed: (() => void) | undefined;
+
+  constructor(options: SimulationOptions, schedule: Schedule, random: () => number) {
+    this.#options = options;
+    this.#schedule = schedule;
+    this.#random = random;
   }
 
-  const byKind: Record<DeliveryKind, number> = { first: 0, duplicate: 0, retry: 0, forged: 0, stale: 0 };
-  let sent = 0;
-  let accepted = 0;
-  let errors = 0;
-  const deadline = (options.durationSeconds + options.drainSeconds) * 1000;
-  const started = performance.now();
-  const elapsed = () => performance.now() - started;
-  let inFlight = 0;
-  let changed: (() => void) | undefined;
-  const notify = () => {
-    const wake = changed;
-    changed = undefined;
-    wake?.();
-  };
+  elapsedMs(): number {
+    return performance.now() - this.#started;
+  }
 
-  const deliver = async (item: Pending, raw: string, signedAt: number) => {
+  /** Resolves once nothing is in flight; true when the signal stopped it. */
+  async run(): Promise<boolean> {
+    const { signal, concurrency } = this.#options;
+    const deadline = (this.#options.durationSeconds + this.#options.drainSeconds) * 1000;
+    this.#started = performance.now();
+    let interrupted = false;
+    while (this.#schedule.length > 0 || this.#inFlight > 0) {
+      if (signal?.aborted) {
+        interrupted = true;
+        break;
+      }
+      const next = this.#schedule.peek();
+      if (!next || this.#inFlight >= concurrency) {
+        await this.#change();
+        continue;
+      }
+      if (next.at > deadline) break;
+      const wait = next.at - this.elapsedMs();
+      if (wait > 0) {
+        // Wake early when an in-flight send schedules something sooner.
+        await Promise.race([
+          sleep(wait, undefined, signal ? { signal } : {}).catch(() => undefined),
+          this.#change(),
+        ]);
+        continue;
+      }
+      this.#schedule.shift();
+      this.#start(next);
+    }
+    while (this.#inFlight > 0) await this.#change();
+    return interrupted;
+  }
+
+  #change(): Promise<void> {
+    return new Promise<void>((resolve) => {
+      this.#changed = resolve;
+    });
+  }
+
+  #notify(): void {
+    const wake = this.#changed;
+    this.#changed = undefined;
+    wake?.();
+  }
+
+  #start(item: Pending): void {
+    const { raw, signedAt } = envelopeFor(item, this.#options.secret, this.#forgedSecret, this.#random);
+    this.#inFlight++;
+    void this.#deliver(item, raw, signedAt).finally(() => {
+      this.#inFlight--;
+      this.#notify();
+    });
+  }
+
+  async #deliver(item: Pending, raw: string, signedAt: number): Promise<void> {
     const { planned } = item;
     // When the envelope was handed to the target: a slow answer must not make the delivery look
     // later than it was (a retry would then seem to follow its first delivery too soon).
-    const sentAt = elapsed();
+    const sentAt = this.elapsedMs();
     let delivery: Delivery;
     try {
-      delivery = await options.target.send({
+      delivery = await this.#options.target.send({
         body: raw,
         eventId: planned.eventId,
         eventType: planned.eventType,
       });
     } catch (error) {
-      errors++;
+      this.counts.errors++;
       delivery = { accepted: false, detail: `error: ${errorMessage(error)}` };
     }
-    sent++;
-    byKind[item.kind]++;
+    this.counts.sent++;
+    this.counts.byKind[item.kind]++;
     if (delivery.accepted) {
-      accepted++;
+      this.counts.accepted++;
       planned.accepted = true;
     } else if (
       planned.genuine &&
@@ -189,18 +302,10 @@ export async function simulate(options: SimulationOptions): Promise<SimulationRe
       item.attempt <= RETRY_SCHEDULE_SECONDS.length
     ) {
       // The publisher saw a failure: the next retry of the schedule, unless one is already due.
-      const key = `${planned.eventId}#${item.attempt + 1}`;
-      if (!retriedAfterFailure.has(key)) {
-        retriedAfterFailure.add(key);
-        schedule({
-          at: elapsed() + retryDelayMs(item.attempt, options.timeScale),
-          kind: 'retry',
-          attempt: item.attempt + 1,
-          planned,
-        });
-      }
+      const at = this.elapsedMs() + retryDelayMs(item.attempt, this.#options.timeScale);
+      this.#schedule.addRetry(planned, item.attempt + 1, at);
     }
-    options.onDelivery?.({
+    this.#options.onDelivery?.({
       t_ms: Math.round(sentAt),
       kind: item.kind,
       attempt: item.attempt,
@@ -210,57 +315,7 @@ export async function simulate(options: SimulationOptions): Promise<SimulationRe
       accepted: delivery.accepted,
       detail: delivery.detail,
     });
-  };
-
-  let interrupted = false;
-  const signal = options.signal;
-  while (queue.length > 0 || inFlight > 0) {
-    if (signal?.aborted) {
-      interrupted = true;
-      break;
-    }
-    const next = queue[0];
-    if (!next || inFlight >= options.concurrency) {
-      await new Promise<void>((resolve) => {
-        changed = resolve;
-      });
-      continue;
-    }
-    if (next.at > deadline) break;
-    const wait = next.at - elapsed();
-    if (wait > 0) {
-      // Wake early when an in-flight send schedules something sooner.
-      const woken = new Promise<void>((resolve) => {
-        changed = resolve;
-      });
-      await Promise.race([sleep(wait, undefined, signal ? { signal } : {}).catch(() => undefined), woken]);
-      continue;
-    }
-    queue.shift();
-    const { raw, signedAt } = envelopeFor(next, options.secret, forgedSecret, random);
-    inFlight++;
-    void deliver(next, raw, signedAt).finally(() => {
-      inFlight--;
-      notify();
-    });
   }
-  while (inFlight > 0) {
-    await new Promise<void>((resolve) => {
-      changed = resolve;
-    });
-  }
-  return {
-    sent,
-    accepted,
-    errors,
-    byKind,
-    expected: events.filter((e) => e.genuine && e.accepted).map((e) => e.eventId),
-    mustNotHandle: events.filter((e) => !e.genuine).map((e) => e.eventId),
-    undelivered: events.filter((e) => e.genuine && !e.accepted).map((e) => e.eventId),
-    abandoned: queue.length,
-    durationMs: Math.round(elapsed()),
-    interrupted,
-  };
 }
 
 /** The delay before retry number `attempt` (1 = the first retry), compressed by `timeScale`. */
