@@ -11,11 +11,7 @@ const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const MAX_LINES = 60;
 
 /** Functions still over the limit without a reason; this list may only shrink. */
-const NOT_YET_SPLIT = new Set([
-  'src/cli/replay.ts replayCommand',
-  'src/cli/replay.ts dryRun',
-  'src/cli/simulate.ts simulateCommand',
-]);
+const NOT_YET_SPLIT = new Set(['src/cli/replay.ts replayCommand', 'src/cli/replay.ts dryRun']);
 
 interface LongFunction {
   readonly name: string;

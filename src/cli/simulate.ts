@@ -3,8 +3,14 @@ import { ENV_SECRET } from '../core/secrets.js';
 import { parse, parsePositiveInt, UsageError, writeLine } from './common.js';
 import { signingSecret, typesMatching } from './publish.js';
 import { parsePercent, parseRate } from './rate.js';
-import { type DeliveryRecord, RETRY_SCHEDULE_SECONDS, simulate } from './simulator.js';
-import { openTarget, TARGET_FORMS } from './targets.js';
+import {
+  type DeliveryRecord,
+  RETRY_SCHEDULE_SECONDS,
+  type SimulationOptions,
+  type SimulationResult,
+  simulate,
+} from './simulator.js';
+import { openTarget, TARGET_FORMS, type Target } from './targets.js';
 import { terminalSafe } from './terminal-safe.js';
 
 /** A run publishes at most this many new events (rate × duration). */
@@ -37,29 +43,46 @@ at most --drain seconds for due retries. Traffic goes only to TARGET.
 Exit: 0 when every send reached the target, 1 when some failed or on interrupt, 2 on usage errors.`;
 
 export async function simulateCommand(args: string[]): Promise<number> {
-  const { values, positionals } = parse(args, {
-    to: { type: 'string' },
-    rate: { type: 'string', default: '10/s' },
-    duration: { type: 'string', default: '10' },
-    duplicates: { type: 'string' },
-    retries: { type: 'string' },
-    forged: { type: 'string' },
-    stale: { type: 'string' },
-    types: { type: 'string', multiple: true },
-    'time-scale': { type: 'string', default: '1' },
-    drain: { type: 'string', default: '30' },
-    seed: { type: 'string' },
-    concurrency: { type: 'string' },
-    'secret-env': { type: 'string' },
-    json: { type: 'boolean', default: false },
-    help: { type: 'boolean', short: 'h', default: false },
-  });
+  const { values, positionals } = parse(args, SIMULATE_OPTIONS);
   if (values.help) {
     writeLine(SIMULATE_USAGE);
     return 0;
   }
   if (positionals.length > 0) throw new UsageError(`unexpected argument "${positionals[0]}"`);
   if (!values.to) throw new UsageError('simulate needs --to TARGET');
+  const settings = simulationSettings(values);
+  const target = await openTarget(values.to, { concurrency: settings.concurrency });
+  const result = await runSimulation(target, settings, values.json);
+  if (values.json) writeLine(JSON.stringify(summaryOf(result, target.name, settings.seed)));
+  else printSummary(result, target.name, settings.seed);
+  return result.errors === 0 && !result.interrupted ? 0 : 1;
+}
+
+const SIMULATE_OPTIONS = {
+  to: { type: 'string' },
+  rate: { type: 'string', default: '10/s' },
+  duration: { type: 'string', default: '10' },
+  duplicates: { type: 'string' },
+  retries: { type: 'string' },
+  forged: { type: 'string' },
+  stale: { type: 'string' },
+  types: { type: 'string', multiple: true },
+  'time-scale': { type: 'string', default: '1' },
+  drain: { type: 'string', default: '30' },
+  seed: { type: 'string' },
+  concurrency: { type: 'string' },
+  'secret-env': { type: 'string' },
+  json: { type: 'boolean', default: false },
+  help: { type: 'boolean', short: 'h', default: false },
+} as const;
+
+type SimulateValues = ReturnType<typeof parse<typeof SIMULATE_OPTIONS>>['values'];
+
+/** What the flags ask for: everything `simulate` takes but the target and the run's hooks. */
+type SimulationSettings = Omit<SimulationOptions, 'target' | 'signal' | 'onDelivery'>;
+
+/** Checks every flag (a usage error before anything is opened). */
+function simulationSettings(values: SimulateValues): SimulationSettings {
   const rate = parseRate('--rate', values.rate);
   const durationSeconds = nonNegative('--duration', values.duration, true);
   if (rate * durationSeconds > MAX_EVENTS) {
@@ -69,25 +92,51 @@ export async function simulateCommand(args: string[]): Promise<number> {
   }
   const drainSeconds = nonNegative('--drain', values.drain, false);
   const timeScale = nonNegative('--time-scale', values['time-scale'], true);
+  const duplicates = parsePercent('--duplicates', values.duplicates, 0.05);
+  const retries = parsePercent('--retries', values.retries, 0.05);
   const forged = parsePercent('--forged', values.forged, 0.01);
   const stale = parsePercent('--stale', values.stale, 0.01);
   if (forged + stale > 1) throw new UsageError('--forged and --stale add up to more than 100%');
-  let seed = randomInt(2 ** 31);
-  if (values.seed !== undefined) {
-    seed = Number(values.seed);
-    if (!Number.isSafeInteger(seed) || seed < 0)
-      throw new UsageError(`--seed must be a non-negative integer, got "${values.seed}"`);
-  }
+  const seed = values.seed === undefined ? randomInt(2 ** 31) : parseSeed(values.seed);
   const types = typesMatching('--types', values.types);
   const concurrency = parsePositiveInt('--concurrency', values.concurrency, 16);
   const secret = signingSecret(values['secret-env']);
-  const target = await openTarget(values.to, { concurrency });
+  return {
+    secret,
+    types,
+    rate,
+    durationSeconds,
+    drainSeconds,
+    duplicates,
+    retries,
+    forged,
+    stale,
+    timeScale,
+    seed,
+    concurrency,
+  };
+}
 
+function parseSeed(text: string): number {
+  const seed = Number(text);
+  if (!Number.isSafeInteger(seed) || seed < 0)
+    throw new UsageError(`--seed must be a non-negative integer, got "${text}"`);
+  return seed;
+}
+
+/**
+ * Runs the simulation to `target` until done or SIGINT / SIGTERM, then closes the target. Each
+ * delivery is a JSON line with `json`, else progress on stderr about once a second.
+ */
+async function runSimulation(
+  target: Target,
+  settings: SimulationSettings,
+  json: boolean,
+): Promise<SimulationResult> {
   const abort = new AbortController();
   const onSignal = () => abort.abort();
   process.once('SIGINT', onSignal);
   process.once('SIGTERM', onSignal);
-  const json = values.json;
   let lastProgress = 0;
   let deliveries = 0;
   const onDelivery = (record: DeliveryRecord) => {
@@ -98,33 +147,19 @@ export async function simulateCommand(args: string[]): Promise<number> {
       process.stderr.write(`simulate: ${deliveries} sent, t=${(record.t_ms / 1000).toFixed(1)}s\n`);
     }
   };
-  let result: Awaited<ReturnType<typeof simulate>>;
   try {
-    result = await simulate({
-      target,
-      secret,
-      types,
-      rate,
-      durationSeconds,
-      drainSeconds,
-      duplicates: parsePercent('--duplicates', values.duplicates, 0.05),
-      retries: parsePercent('--retries', values.retries, 0.05),
-      forged,
-      stale,
-      timeScale,
-      seed,
-      concurrency,
-      signal: abort.signal,
-      onDelivery,
-    });
+    return await simulate({ ...settings, target, signal: abort.signal, onDelivery });
   } finally {
     process.off('SIGINT', onSignal);
     process.off('SIGTERM', onSignal);
     await target.close();
   }
+}
 
-  const summary = {
-    target: target.name,
+/** The `--json` summary (the last line). */
+function summaryOf(result: SimulationResult, target: string, seed: number) {
+  return {
+    target,
     seed,
     duration_ms: result.durationMs,
     sent: result.sent,
@@ -138,26 +173,25 @@ export async function simulateCommand(args: string[]): Promise<number> {
     abandoned: result.abandoned,
     ...(result.interrupted ? { interrupted: true } : {}),
   };
-  if (json) {
-    writeLine(JSON.stringify(summary));
-  } else {
-    const k = result.byKind;
-    writeLine(
-      `simulate: ${result.sent} messages to ${terminalSafe(target.name)} in ${(result.durationMs / 1000).toFixed(1)} s (seed ${seed}): ` +
-        `${k.first} events, ${k.duplicate} duplicates, ${k.retry} retries, ${k.forged} forged, ${k.stale} stale; ` +
-        `${result.errors} send errors${result.abandoned > 0 ? `, ${result.abandoned} deliveries not sent in time` : ''}` +
-        `${result.interrupted ? ' (interrupted)' : ''}`,
-    );
-    if (result.undelivered.length > 0) {
-      writeLine(`${result.undelivered.length} events were never accepted by the target (listed with --json)`);
-    }
-    writeLine(
-      `your consumer must handle each of these ${result.expected.length} event ids exactly once, ` +
-        `and none of the ${result.mustNotHandle.length} forged or stale ones:`,
-    );
-    for (const id of result.expected) writeLine(id);
+}
+
+/** The text summary: counts by kind, then the event ids the consumer must handle exactly once. */
+function printSummary(result: SimulationResult, target: string, seed: number): void {
+  const k = result.byKind;
+  writeLine(
+    `simulate: ${result.sent} messages to ${terminalSafe(target)} in ${(result.durationMs / 1000).toFixed(1)} s (seed ${seed}): ` +
+      `${k.first} events, ${k.duplicate} duplicates, ${k.retry} retries, ${k.forged} forged, ${k.stale} stale; ` +
+      `${result.errors} send errors${result.abandoned > 0 ? `, ${result.abandoned} deliveries not sent in time` : ''}` +
+      `${result.interrupted ? ' (interrupted)' : ''}`,
+  );
+  if (result.undelivered.length > 0) {
+    writeLine(`${result.undelivered.length} events were never accepted by the target (listed with --json)`);
   }
-  return result.errors === 0 && !result.interrupted ? 0 : 1;
+  writeLine(
+    `your consumer must handle each of these ${result.expected.length} event ids exactly once, ` +
+      `and none of the ${result.mustNotHandle.length} forged or stale ones:`,
+  );
+  for (const id of result.expected) writeLine(id);
 }
 
 function nonNegative(flag: string, text: string, positive: boolean): number {
