@@ -11,7 +11,7 @@ const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const MAX_LINES = 60;
 
 /** Functions still over the limit without a reason; this list may only shrink. */
-const NOT_YET_SPLIT = new Set(['src/cli/replay.ts replayCommand', 'src/cli/replay.ts dryRun']);
+const NOT_YET_SPLIT = new Set(['src/cli/replay.ts replayCommand']);
 
 interface LongFunction {
   readonly name: string;

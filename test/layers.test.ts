@@ -34,7 +34,6 @@ const PACKAGE_HOMES: Readonly<Record<string, readonly string[]>> = {
  */
 const ADAPTER_IMPORTS_OUTSIDE_REGISTRY = new Set([
   'src/cli/demo.ts',
-  'src/cli/replay.ts',
   'src/cli/replay-source.ts',
   'src/consumer/testing.ts',
 ]);

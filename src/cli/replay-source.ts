@@ -15,6 +15,9 @@ export interface ReplaySourceOptions {
   readonly onFiltered?: (message: FileMessage) => void;
 }
 
+/** One record of the replayed file, as the file adapter reads it. */
+export type ReplayMessage = FileMessage;
+
 /** The code a record was dead-lettered with; undefined for a bare envelope. */
 export function recordedCode(message: FileMessage): string | undefined {
   const code = message.metadata?.original_code;

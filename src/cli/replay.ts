@@ -1,7 +1,5 @@
 import { accessSync, constants, statSync } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
-// The messages of the replayed file (see replay-source.ts: the file adapter reads it directly).
-import type { FileMessage } from '../../adapters/file/index.js';
 import { createConsumer, type SettledReport } from '../consumer/consumer.js';
 import { createJsonlDeadLetters } from '../consumer/dead-letter-sink.js';
 import type { HandlerContext } from '../consumer/router.js';
@@ -12,16 +10,10 @@ import {
   ForwardError,
   RetryLaterError,
   VERIFICATION_CODES,
-  VerificationError,
 } from '../core/errors.js';
-import { validateEvent } from '../core/events/validate.js';
 import { hasCredentials } from '../core/http-answer.js';
 import { createLogger } from '../core/logger.js';
-import type { Keyring } from '../core/secrets.js';
-import { verifyMessage } from '../core/verify.js';
-import type { DedupeStore } from '../dedupe/types.js';
 import { createForwarder, describeUrl, forwardUrlProblem } from '../sidecar/forward.js';
-import { describeSpec } from '../transports.js';
 import {
   DEFAULT_DEDUPE,
   loadKeyring,
@@ -31,12 +23,13 @@ import {
   UsageError,
   writeLine,
 } from './common.js';
-import { parseFilter, type ReplayFilter } from './filters.js';
+import { parseFilter } from './filters.js';
 import { countLines, Progress } from './progress.js';
 import { Pacer, parseRate } from './rate.js';
 import { forcingDedupe, injectingDedupe } from './replay-dedupe.js';
+import { type DryRunOptions, dryRun } from './replay-dry-run.js';
 import { type ReplayOutcome, ReplayTally } from './replay-report.js';
-import { ReplaySource, recordedCode } from './replay-source.js';
+import { type ReplayMessage, ReplaySource, recordedCode } from './replay-source.js';
 import { openTarget, TARGET_FORMS, type Target } from './targets.js';
 import { terminalSafe } from './terminal-safe.js';
 
@@ -100,15 +93,7 @@ export interface ReplaySummary {
   dry_run: boolean;
 }
 
-interface ReplayArgs {
-  file: string;
-  forward: string | undefined;
-  to: string | undefined;
-  force: boolean;
-  json: boolean;
-  checkAge: boolean;
-  filter: ReplayFilter;
-}
+type ReplayArgs = DryRunOptions;
 
 export async function replayCommand(args: string[]): Promise<number> {
   const { values, positionals } = parse(args, {
@@ -210,7 +195,7 @@ export async function replayCommand(args: string[]): Promise<number> {
     logger.warn({ event_id: eventId }, '--force: re-driving an event the dedupe store marks as done');
   };
   const sent: ReplayOutcome = target ? 'injected' : 'forwarded';
-  const onSettled = (report: SettledReport<FileMessage>) => {
+  const onSettled = (report: SettledReport<ReplayMessage>) => {
     const { outcome } = report;
     if (outcome.kind === 'retry') return;
     const recorded = recordedCode(report.message);
@@ -346,101 +331,4 @@ function injector(target: Target, source: ReplaySource) {
       delivery.retryAfterSeconds === undefined ? {} : { delayMs: delivery.retryAfterSeconds * 1000 },
     );
   };
-}
-
-async function dryRun(options: ReplayArgs, keyring: Keyring, dedupe: DedupeStore): Promise<number> {
-  const source = new ReplaySource({ path: options.file, filter: options.filter });
-  const signal = new AbortController().signal;
-  const injecting = options.to !== undefined;
-  // Printed on every line and in the summary: never the raw value (a SAS URL's sig=, userinfo).
-  const target = options.to
-    ? describeSpec(options.to, 'target')
-    : options.forward
-      ? describeUrl(options.forward)
-      : null;
-  const send = injecting ? 'inject' : 'forward';
-  const counts = {
-    total: 0,
-    would_forward: 0,
-    would_inject: 0,
-    duplicates: 0,
-    in_progress: 0,
-    rejected: 0,
-    forced: 0,
-  };
-  for (;;) {
-    const batch = await source.receive(100, signal);
-    if (batch === null) break;
-    for (const message of batch) {
-      counts.total++;
-      let row: Record<string, unknown>;
-      try {
-        // A record the file source already refused (a truncated dead letter) is never verified.
-        if (message.rejection) throw new VerificationError(message.rejection.code, message.rejection.reason);
-        const verified = verifyMessage(message.body, {
-          keyring,
-          checkAge: options.checkAge,
-          enqueuedAt: message.enqueuedAt,
-        });
-        const validation = validateEvent(verified.eventType, verified.payload);
-        const ids = { event_id: verified.eventId, event_type: verified.eventType, key_id: verified.keyId };
-        if (!validation.ok) {
-          counts.rejected++;
-          row = { ...ids, action: 'reject', code: validation.code, reason: validation.reason };
-        } else {
-          const state = await dedupe.peek(verified.eventId);
-          let action: string;
-          let forced = false;
-          if (state === 'done' && !options.force) {
-            action = 'skip-duplicate';
-            counts.duplicates++;
-          } else if (state === 'in_progress' && !injecting) {
-            // The replay waits for the worker's lease; an injected copy is de-duplicated by the worker.
-            action = 'wait-in-progress';
-            counts.in_progress++;
-          } else {
-            action = send;
-            forced = state === 'done';
-            if (forced) counts.forced++;
-            if (injecting) counts.would_inject++;
-            else counts.would_forward++;
-          }
-          row = { ...ids, action, code: null, ...(forced ? { forced: true } : {}) };
-        }
-      } catch (error) {
-        counts.rejected++;
-        const code = error instanceof VerificationError ? error.code : 'MALFORMED_ENVELOPE';
-        row = { event_id: null, event_type: null, action: 'reject', code, reason: errorMessage(error) };
-      }
-      await source.settle(message, { kind: 'ack', result: 'ignored' });
-      const recorded = recordedCode(message) ?? null;
-      if (options.json) {
-        writeLine(
-          JSON.stringify({
-            line: message.line,
-            ...row,
-            recorded_code: recorded,
-            ...(target && row.action !== 'reject' ? { target } : {}),
-          }),
-        );
-      } else {
-        const to = target && (row.action === 'forward' || row.action === 'inject') ? ` -> ${target}` : '';
-        writeLine(
-          terminalSafe(
-            `line ${message.line}: ${row.action}${row.forced ? ' (forced)' : ''}${row.code ? ` ${row.code}` : ''} ${row.event_type ?? ''} ${row.event_id ?? ''}`.trimEnd() +
-              to,
-          ),
-        );
-      }
-    }
-  }
-  await source.close();
-  await dedupe.close();
-  const summary = { ...counts, filtered_out: source.filteredOut, target, dry_run: true };
-  writeLine(
-    options.json
-      ? JSON.stringify(summary)
-      : `dry run: ${JSON.stringify({ ...counts, filtered_out: source.filteredOut })} (nothing was changed)`,
-  );
-  return counts.rejected === 0 ? 0 : 1;
 }

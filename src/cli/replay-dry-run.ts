@@ -1,0 +1,168 @@
+import { errorMessage, VerificationError } from '../core/errors.js';
+import { validateEvent } from '../core/events/validate.js';
+import type { Keyring } from '../core/secrets.js';
+import { type VerifiedMessage, verifyMessage } from '../core/verify.js';
+import type { DedupeStore } from '../dedupe/types.js';
+import { describeUrl } from '../sidecar/forward.js';
+import { describeSpec } from '../transports.js';
+import { writeLine } from './common.js';
+import type { ReplayFilter } from './filters.js';
+import { type ReplayMessage, ReplaySource, recordedCode } from './replay-source.js';
+import { terminalSafe } from './terminal-safe.js';
+
+/** What the dry run reads of replay's flags. */
+export interface DryRunOptions {
+  readonly file: string;
+  readonly forward: string | undefined;
+  readonly to: string | undefined;
+  readonly force: boolean;
+  readonly json: boolean;
+  readonly checkAge: boolean;
+  readonly filter: ReplayFilter;
+}
+
+/** What the replay would do with one record (docs/cli.md, "--dry-run output"). */
+type DryRunAction = 'forward' | 'inject' | 'skip-duplicate' | 'wait-in-progress' | 'reject';
+
+/** One record's line (`--json`), without its line number, recorded code and target. */
+interface DryRunRow {
+  readonly event_id: string | null;
+  readonly event_type: string | null;
+  readonly key_id?: string;
+  readonly action: DryRunAction;
+  readonly code: string | null;
+  readonly reason?: string;
+  readonly forced?: true;
+}
+
+interface DryRunCounts {
+  total: number;
+  would_forward: number;
+  would_inject: number;
+  duplicates: number;
+  in_progress: number;
+  rejected: number;
+  forced: number;
+}
+
+/**
+ * `replay --dry-run`: verifies each selected record and looks it up in the dedupe store (without
+ * claiming), prints what the replay would do with it, then the counts. Changes nothing; closes
+ * the store. Exit code 1 when a record would be rejected.
+ */
+export async function dryRun(options: DryRunOptions, keyring: Keyring, dedupe: DedupeStore): Promise<number> {
+  const source = new ReplaySource({ path: options.file, filter: options.filter });
+  const target = describeTarget(options);
+  const counts: DryRunCounts = {
+    total: 0,
+    would_forward: 0,
+    would_inject: 0,
+    duplicates: 0,
+    in_progress: 0,
+    rejected: 0,
+    forced: 0,
+  };
+  for await (const message of records(source)) {
+    const row = await judge(message, options, keyring, dedupe);
+    count(counts, row);
+    await source.settle(message, { kind: 'ack', result: 'ignored' });
+    printRow(message, row, target, options.json);
+  }
+  await source.close();
+  await dedupe.close();
+  const summary = { ...counts, filtered_out: source.filteredOut, target, dry_run: true };
+  writeLine(
+    options.json
+      ? JSON.stringify(summary)
+      : `dry run: ${JSON.stringify({ ...counts, filtered_out: source.filteredOut })} (nothing was changed)`,
+  );
+  return counts.rejected === 0 ? 0 : 1;
+}
+
+/** Printed on every line and in the summary: never the raw value (a SAS URL's sig=, userinfo). */
+function describeTarget(options: DryRunOptions): string | null {
+  if (options.to) return describeSpec(options.to, 'target');
+  return options.forward ? describeUrl(options.forward) : null;
+}
+
+/** The file's records the filters select, in order. */
+async function* records(source: ReplaySource): AsyncGenerator<ReplayMessage> {
+  const signal = new AbortController().signal;
+  for (;;) {
+    const batch = await source.receive(100, signal);
+    if (batch === null) return;
+    yield* batch;
+  }
+}
+
+async function judge(
+  message: ReplayMessage,
+  options: DryRunOptions,
+  keyring: Keyring,
+  dedupe: DedupeStore,
+): Promise<DryRunRow> {
+  try {
+    return await judgeVerified(verifyRecord(message, options, keyring), options, dedupe);
+  } catch (error) {
+    const code = error instanceof VerificationError ? error.code : 'MALFORMED_ENVELOPE';
+    return { event_id: null, event_type: null, action: 'reject', code, reason: errorMessage(error) };
+  }
+}
+
+/** The replay's verification; a record the file source already refused (a truncated dead letter) is never verified. */
+function verifyRecord(message: ReplayMessage, options: DryRunOptions, keyring: Keyring): VerifiedMessage {
+  if (message.rejection) throw new VerificationError(message.rejection.code, message.rejection.reason);
+  return verifyMessage(message.body, { keyring, checkAge: options.checkAge, enqueuedAt: message.enqueuedAt });
+}
+
+/** A verified record: rejected by the schema, or what its state in the dedupe store makes of it. */
+async function judgeVerified(
+  verified: VerifiedMessage,
+  options: DryRunOptions,
+  dedupe: DedupeStore,
+): Promise<DryRunRow> {
+  const ids = { event_id: verified.eventId, event_type: verified.eventType, key_id: verified.keyId };
+  const validation = validateEvent(verified.eventType, verified.payload);
+  if (!validation.ok) return { ...ids, action: 'reject', code: validation.code, reason: validation.reason };
+  const injecting = options.to !== undefined;
+  const state = await dedupe.peek(verified.eventId);
+  if (state === 'done' && !options.force) return { ...ids, action: 'skip-duplicate', code: null };
+  // The replay waits for the worker's lease; an injected copy is de-duplicated by the worker.
+  if (state === 'in_progress' && !injecting) return { ...ids, action: 'wait-in-progress', code: null };
+  const action = injecting ? 'inject' : 'forward';
+  return { ...ids, action, code: null, ...(state === 'done' ? { forced: true as const } : {}) };
+}
+
+function count(counts: DryRunCounts, row: DryRunRow): void {
+  counts.total++;
+  if (row.forced) counts.forced++;
+  switch (row.action) {
+    case 'forward':
+      counts.would_forward++;
+      break;
+    case 'inject':
+      counts.would_inject++;
+      break;
+    case 'skip-duplicate':
+      counts.duplicates++;
+      break;
+    case 'wait-in-progress':
+      counts.in_progress++;
+      break;
+    case 'reject':
+      counts.rejected++;
+      break;
+  }
+}
+
+function printRow(message: ReplayMessage, row: DryRunRow, target: string | null, json: boolean): void {
+  if (json) {
+    const recorded = recordedCode(message) ?? null;
+    const to = target && row.action !== 'reject' ? { target } : {};
+    writeLine(JSON.stringify({ line: message.line, ...row, recorded_code: recorded, ...to }));
+    return;
+  }
+  const to = target && (row.action === 'forward' || row.action === 'inject') ? ` -> ${target}` : '';
+  const text = `line ${message.line}: ${row.action}${row.forced ? ' (forced)' : ''}${row.code ? ` ${row.code}` : ''} ${row.event_type ?? ''} ${row.event_id ?? ''}`;
+  writeLine(terminalSafe(text.trimEnd() + to));
+}
