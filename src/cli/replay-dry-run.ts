@@ -1,5 +1,6 @@
-import { errorMessage, VerificationError } from '../core/errors.js';
+import { errorMessage, isPartnerEventsError, VerificationError } from '../core/errors.js';
 import { validateEvent } from '../core/events/validate.js';
+import { redact } from '../core/redact.js';
 import type { Keyring } from '../core/secrets.js';
 import { type VerifiedMessage, verifyMessage } from '../core/verify.js';
 import type { DedupeStore } from '../dedupe/types.js';
@@ -8,7 +9,7 @@ import { describeSpec } from '../transports.js';
 import { writeLine } from './common.js';
 import type { ReplayFilter } from './filters.js';
 import { type ReplayMessage, ReplaySource, recordedCode } from './replay-source.js';
-import { terminalSafe } from './terminal-safe.js';
+import { terminalSafe, terminalSafeLines } from './terminal-safe.js';
 
 /** What the dry run reads of replay's flags. */
 export interface DryRunOptions {
@@ -21,8 +22,11 @@ export interface DryRunOptions {
   readonly filter: ReplayFilter;
 }
 
-/** What the replay would do with one record (docs/cli.md, "--dry-run output"). */
-type DryRunAction = 'forward' | 'inject' | 'skip-duplicate' | 'wait-in-progress' | 'reject';
+/**
+ * What the replay would do with one record (docs/cli.md, "--dry-run output"); `error`: the kit
+ * could not judge it (a bug, or the dedupe store did not answer), which is not the record's fault.
+ */
+type DryRunAction = 'forward' | 'inject' | 'skip-duplicate' | 'wait-in-progress' | 'reject' | 'error';
 
 /** One record's line (`--json`), without its line number, recorded code and target. */
 interface DryRunRow {
@@ -42,13 +46,14 @@ interface DryRunCounts {
   duplicates: number;
   in_progress: number;
   rejected: number;
+  errors: number;
   forced: number;
 }
 
 /**
  * `replay --dry-run`: verifies each selected record and looks it up in the dedupe store (without
  * claiming), prints what the replay would do with it, then the counts. Changes nothing; closes
- * the store. Exit code 1 when a record would be rejected.
+ * the store. Exit code 1 when a record would be rejected or could not be judged.
  */
 export async function dryRun(options: DryRunOptions, keyring: Keyring, dedupe: DedupeStore): Promise<number> {
   const source = new ReplaySource({ path: options.file, filter: options.filter });
@@ -60,10 +65,12 @@ export async function dryRun(options: DryRunOptions, keyring: Keyring, dedupe: D
     duplicates: 0,
     in_progress: 0,
     rejected: 0,
+    errors: 0,
     forced: 0,
   };
+  const judging: Judge = { options, keyring, dedupe, reporter: new ErrorReporter() };
   for await (const message of records(source)) {
-    const row = await judge(message, options, keyring, dedupe);
+    const row = await judge(message, judging);
     count(counts, row);
     await source.settle(message, { kind: 'ack', result: 'ignored' });
     printRow(message, row, target, options.json);
@@ -76,7 +83,7 @@ export async function dryRun(options: DryRunOptions, keyring: Keyring, dedupe: D
       ? JSON.stringify(summary)
       : `dry run: ${JSON.stringify({ ...counts, filtered_out: source.filteredOut })} (nothing was changed)`,
   );
-  return counts.rejected === 0 ? 0 : 1;
+  return counts.rejected === 0 && counts.errors === 0 ? 0 : 1;
 }
 
 /** Printed on every line and in the summary: never the raw value (a SAS URL's sig=, userinfo). */
@@ -95,17 +102,64 @@ async function* records(source: ReplaySource): AsyncGenerator<ReplayMessage> {
   }
 }
 
+/** What judging a record takes. */
+interface Judge {
+  readonly options: DryRunOptions;
+  readonly keyring: Keyring;
+  readonly dedupe: DedupeStore;
+  readonly reporter: ErrorReporter;
+}
+
+/** One record's row: verified and looked up, rejected, or an error of the kit (told on stderr). */
 async function judge(
   message: ReplayMessage,
-  options: DryRunOptions,
-  keyring: Keyring,
-  dedupe: DedupeStore,
+  { options, keyring, dedupe, reporter }: Judge,
 ): Promise<DryRunRow> {
+  let verified: VerifiedMessage;
   try {
-    return await judgeVerified(verifyRecord(message, options, keyring), options, dedupe);
+    verified = verifyRecord(message, options, keyring);
   } catch (error) {
-    const code = error instanceof VerificationError ? error.code : 'MALFORMED_ENVELOPE';
-    return { event_id: null, event_type: null, action: 'reject', code, reason: errorMessage(error) };
+    if (error instanceof VerificationError) {
+      return {
+        event_id: null,
+        event_type: null,
+        action: 'reject',
+        code: error.code,
+        reason: errorMessage(error),
+      };
+    }
+    // As in the pipeline (src/core/outcome.ts): a bug in the kit, which the replay would retry.
+    const reason = `unexpected exception in verification: ${errorMessage(error)}`;
+    reporter.report(message, 'INTERNAL_ERROR', `${reason} (a bug in partner-health-events)`, error);
+    return { event_id: null, event_type: null, action: 'error', code: 'INTERNAL_ERROR', reason };
+  }
+  try {
+    return await judgeVerified(verified, options, dedupe);
+  } catch (error) {
+    // The store's failure (DEDUPE_UNAVAILABLE), or a bug past verification.
+    const code = isPartnerEventsError(error) ? error.code : 'INTERNAL_ERROR';
+    const reason = errorMessage(error);
+    reporter.report(message, code, reason, error);
+    const ids = { event_id: verified.eventId, event_type: verified.eventType, key_id: verified.keyId };
+    return { ...ids, action: 'error', code, reason };
+  }
+}
+
+/**
+ * Says on stderr why a record could not be judged; the first unexpected exception with its stack
+ * (for a bug report), the others by their message only.
+ */
+class ErrorReporter {
+  #stackShown = false;
+
+  report(message: ReplayMessage, code: string, reason: string, error: unknown): void {
+    let text = `partner-events replay: line ${message.line}: [${code}] ${reason}`;
+    if (code === 'INTERNAL_ERROR' && !this.#stackShown && error instanceof Error && error.stack) {
+      this.#stackShown = true;
+      text += `\n${error.stack}`;
+    }
+    // Not only our words: an exception's message may quote a URL or a server's answer.
+    process.stderr.write(`${terminalSafeLines(redact(text))}\n`);
   }
 }
 
@@ -152,13 +206,16 @@ function count(counts: DryRunCounts, row: DryRunRow): void {
     case 'reject':
       counts.rejected++;
       break;
+    case 'error':
+      counts.errors++;
+      break;
   }
 }
 
 function printRow(message: ReplayMessage, row: DryRunRow, target: string | null, json: boolean): void {
   if (json) {
     const recorded = recordedCode(message) ?? null;
-    const to = target && row.action !== 'reject' ? { target } : {};
+    const to = target && row.action !== 'reject' && row.action !== 'error' ? { target } : {};
     writeLine(JSON.stringify({ line: message.line, ...row, recorded_code: recorded, ...to }));
     return;
   }

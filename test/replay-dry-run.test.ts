@@ -1,0 +1,110 @@
+/**
+ * `replay --dry-run` in process, for what the CLI cannot provoke from outside: the kit itself
+ * failing on a record (a bug in verification, a dedupe store that does not answer) is not the
+ * record's fault, so it is not reported as a reject of the record.
+ */
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { parseFilter } from '../src/cli/filters.js';
+import { type DryRunOptions, dryRun } from '../src/cli/replay-dry-run.js';
+import { createTestEnvelope, forgedEnvelope, TEST_SIGNING_SECRET } from '../src/consumer/testing.js';
+import { Keyring } from '../src/core/secrets.js';
+import { createMemoryDedupe } from '../src/dedupe/memory.js';
+import { createSqliteDedupe } from '../src/dedupe/sqlite.js';
+import { tempDir } from './support/harness.js';
+import { jsonLines, writeJsonl } from './support/records.js';
+
+/** A keyring whose lookup throws, as a bug in the kit would (the events themselves are good). */
+class ThrowingKeyring extends Keyring {
+  override active(): never {
+    throw new TypeError("Cannot read properties of undefined (reading 'keyObject')");
+  }
+}
+
+const SECRETS = [{ id: 'current', secret: TEST_SIGNING_SECRET }];
+
+let dir: ReturnType<typeof tempDir>;
+let out: { stdout: string; stderr: string };
+beforeEach(() => {
+  dir = tempDir('phe-dry-run-');
+  // The dry run prints as the CLI does, to the process's stdout and stderr.
+  out = { stdout: '', stderr: '' };
+  vi.spyOn(process.stdout, 'write').mockImplementation((chunk) => {
+    out.stdout += String(chunk);
+    return true;
+  });
+  vi.spyOn(process.stderr, 'write').mockImplementation((chunk) => {
+    out.stderr += String(chunk);
+    return true;
+  });
+});
+afterEach(() => {
+  vi.restoreAllMocks();
+  dir.cleanup();
+});
+
+function options(file: string, json: boolean): DryRunOptions {
+  return {
+    file,
+    forward: undefined,
+    to: undefined,
+    force: false,
+    json,
+    checkAge: false,
+    filter: parseFilter({}),
+  };
+}
+
+describe('replay --dry-run when the kit fails on a record', () => {
+  const good = createTestEnvelope('daily.data.steps.created');
+  const forged = forgedEnvelope('daily.data.steps.created');
+
+  it('judges good and forged records with a working keyring and store (a positive control)', async () => {
+    const file = writeJsonl(dir.path, 'in.jsonl', [good.raw, forged.raw]);
+    const code = await dryRun(options(file, true), new Keyring(SECRETS), createMemoryDedupe());
+    const lines = jsonLines(out.stdout);
+    expect(lines[0]).toMatchObject({ line: 1, event_id: good.eventId, action: 'forward', code: null });
+    expect(lines[1]).toMatchObject({ line: 2, action: 'reject', code: 'SIGNATURE_MISMATCH' });
+    expect(lines.at(-1)).toMatchObject({ total: 2, would_forward: 1, rejected: 1, errors: 0 });
+    expect(code).toBe(1);
+  });
+
+  it('an unexpected exception in verification is INTERNAL_ERROR (not MALFORMED_ENVELOPE), with its message on stderr', async () => {
+    const file = writeJsonl(dir.path, 'in.jsonl', [good.raw, good.raw]);
+    const code = await dryRun(options(file, true), new ThrowingKeyring(SECRETS), createMemoryDedupe());
+    const lines = jsonLines(out.stdout);
+    expect(lines[0]).toMatchObject({
+      line: 1,
+      event_id: null,
+      action: 'error',
+      code: 'INTERNAL_ERROR',
+      reason: expect.stringContaining("reading 'keyObject'"),
+    });
+    expect(lines.at(-1)).toMatchObject({ total: 2, rejected: 0, errors: 2 });
+    expect(code).toBe(1);
+    expect(out.stderr).toContain('line 1: [INTERNAL_ERROR] unexpected exception in verification');
+    expect(out.stderr).toContain("Cannot read properties of undefined (reading 'keyObject')");
+    // The stack once (for a bug report), not once per record.
+    expect(out.stderr.match(/at ThrowingKeyring\.active/g)).toHaveLength(1);
+  });
+
+  it('says so in the text output too', async () => {
+    const file = writeJsonl(dir.path, 'in.jsonl', [good.raw]);
+    await dryRun(options(file, false), new ThrowingKeyring(SECRETS), createMemoryDedupe());
+    expect(out.stdout).toContain('line 1: error INTERNAL_ERROR\n');
+    expect(out.stdout).toMatch(/dry run: \{[^}]*"rejected":0[^}]*"errors":1/);
+  });
+
+  it('a store that does not answer is DEDUPE_UNAVAILABLE for the verified event, not a reject', async () => {
+    const file = writeJsonl(dir.path, 'in.jsonl', [good.raw]);
+    const store = createSqliteDedupe({ path: `${dir.path}/d.db` });
+    await store.close(); // a closed store refuses every call, as one that went away does
+    const code = await dryRun(options(file, true), new Keyring(SECRETS), store);
+    expect(jsonLines(out.stdout)[0]).toMatchObject({
+      event_id: good.eventId,
+      action: 'error',
+      code: 'DEDUPE_UNAVAILABLE',
+    });
+    expect(out.stderr).toContain('line 1: [DEDUPE_UNAVAILABLE] SQLite dedupe store is closed');
+    expect(code).toBe(1);
+  });
+});
