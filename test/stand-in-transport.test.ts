@@ -103,7 +103,8 @@ describe('a new transport is one folder plus one registry line', () => {
       await app.close();
       spool.cleanup();
     }
-  });
+    // Three CLI children, each loading the tree's copy through tsx: seconds each on a busy machine.
+  }, 60_000);
 
   it('validates its options section like every other, naming the environment variable', async () => {
     const spool = tempDir('phe-stand-in-spool-');

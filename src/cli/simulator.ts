@@ -41,6 +41,11 @@ export interface SimulationOptions {
 export interface DeliveryRecord {
   /** When the envelope was handed to the target, in ms since the start. */
   readonly t_ms: number;
+  /**
+   * When the plan meant it to go, in ms since the start (`t_ms` is later when the simulator's
+   * process is busy: the gap is its own lateness, not the schedule's).
+   */
+  readonly due_ms: number;
   readonly kind: DeliveryKind;
   /** 1 for the first delivery; the publisher's attempt number for retries. */
   readonly attempt: number;
@@ -307,6 +312,7 @@ class Sender {
     }
     this.#options.onDelivery?.({
       t_ms: Math.round(sentAt),
+      due_ms: Math.round(item.at),
       kind: item.kind,
       attempt: item.attempt,
       event_id: planned.eventId,
