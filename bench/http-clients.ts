@@ -128,7 +128,11 @@ console.log(
 const results: Record<string, { perSec: number; cpuUs: number }[]> = {};
 for (const send of Object.values(clients)) await round(send, Math.min(N, 3000)); // warm-up
 for (let r = 0; r < ROUNDS; r++) {
-  for (const [name, send] of Object.entries(clients)) (results[name] ??= []).push(await round(send, N));
+  for (const [name, send] of Object.entries(clients)) {
+    const runs = results[name] ?? [];
+    runs.push(await round(send, N));
+    results[name] = runs;
+  }
 }
 const rows = [['client', 'requests/s', 'CPU µs/request', 'rounds requests/s']];
 for (const [name, runs] of Object.entries(results)) {
