@@ -10,9 +10,6 @@ import { describe, expect, it } from 'vitest';
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const MAX_LINES = 60;
 
-/** Functions still over the limit without a reason; this list may only shrink. */
-const NOT_YET_SPLIT = new Set(['src/cli/replay.ts replayCommand']);
-
 interface LongFunction {
   readonly name: string;
   readonly lines: number;
@@ -91,18 +88,9 @@ describe('function size', () => {
     const over: string[] = [];
     for (const file of files) {
       for (const { name, lines } of longFunctions(file, readFileSync(join(ROOT, file), 'utf8'))) {
-        if (!NOT_YET_SPLIT.has(`${file} ${name}`)) over.push(`${file} ${name}: ${lines} lines`);
+        over.push(`${file} ${name}: ${lines} lines`);
       }
     }
     expect(over).toEqual([]);
-  });
-
-  it('lists only exceptions that still exist', () => {
-    const still = new Set<string>();
-    for (const file of sourceFiles('src')) {
-      for (const { name } of longFunctions(file, readFileSync(join(ROOT, file), 'utf8')))
-        still.add(`${file} ${name}`);
-    }
-    expect([...NOT_YET_SPLIT].filter((entry) => !still.has(entry))).toEqual([]);
   });
 });

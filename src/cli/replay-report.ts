@@ -1,3 +1,8 @@
+import type { SettledReport } from '../consumer/consumer.js';
+import { type ErrorCode, VERIFICATION_CODES } from '../core/errors.js';
+import { writeLine } from './common.js';
+import { Progress } from './progress.js';
+import { type ReplayMessage, recordedCode } from './replay-source.js';
 import { terminalSafe } from './terminal-safe.js';
 
 /** What became of one replayed record. */
@@ -58,6 +63,142 @@ export class ReplayTally {
       lines.push(...formatTable(failing.map(([code, n]) => [code, String(n)])).map((l) => `  ${l}`));
     }
     return lines;
+  }
+}
+
+/** The event itself is invalid (as opposed to: the app or queue did not take it). */
+const REJECTED_CODES: ReadonlySet<ErrorCode> = new Set<ErrorCode>([
+  ...VERIFICATION_CODES,
+  'SCHEMA_INVALID',
+  'UNKNOWN_EVENT_TYPE',
+]);
+
+/** The last line of `replay --json` (docs/cli.md, "--json summary"). */
+export interface ReplaySummary {
+  total: number;
+  forwarded: number;
+  injected: number;
+  duplicates: number;
+  rejected: number;
+  failed: number;
+  /** Records the filters left out (still in FILE, not in the new dead-letter file). */
+  filtered_out: number;
+  /** Events the dedupe store marked done that --force re-drove. */
+  forced: number;
+  /** Counts by the code each record was dead-lettered with (`none` for bare envelopes). */
+  by_code: Record<string, Record<ReplayOutcome, number>>;
+  /** Counts by the code of what still fails. */
+  failure_codes: Record<string, number>;
+  target: string | null;
+  dead_letter_file: string | null;
+  dry_run: boolean;
+}
+
+/**
+ * Follows a replay as records settle: tallies each final outcome (a retry is not final), keeps
+ * the progress line on stderr current and, with `--json`, prints one line per event; at the end,
+ * the summary.
+ */
+export class ReplayReport {
+  readonly tally = new ReplayTally();
+  /** Events the dedupe store marked done that --force re-drove. */
+  readonly forced = new Set<string>();
+  readonly #progress: Progress;
+  /** What a record that went through counts as: `forwarded`, or `injected` with `--to`. */
+  readonly #sent: ReplayOutcome;
+  readonly #json: boolean;
+  #lastLine = 0;
+
+  constructor(options: { lines: number; sent: ReplayOutcome; json: boolean }) {
+    this.#progress = new Progress(options.lines);
+    this.#sent = options.sent;
+    this.#json = options.json;
+  }
+
+  /** A record the filters left out (it only moves the progress on). */
+  filtered(line: number): void {
+    this.#advance(line);
+  }
+
+  /** Pass as the consumer's `onSettled`. */
+  settled(report: SettledReport<ReplayMessage>): void {
+    const { outcome } = report;
+    if (outcome.kind === 'retry') return;
+    const recorded = recordedCode(report.message);
+    let result: ReplayOutcome;
+    if (outcome.kind === 'ack') {
+      result = outcome.result === 'duplicate' ? 'duplicate' : this.#sent;
+      this.tally.add(result, recorded);
+    } else {
+      result = REJECTED_CODES.has(outcome.code) ? 'rejected' : 'failed';
+      this.tally.add(result, recorded, outcome.code);
+    }
+    this.#advance(report.message.line);
+    if (!this.#json) return;
+    writeLine(
+      JSON.stringify({
+        line: report.message.line,
+        event_id: report.eventId ?? null,
+        event_type: report.eventType ?? null,
+        recorded_code: recorded ?? null,
+        outcome: outcome.kind === 'dead' ? 'dead' : result,
+        code: outcome.kind === 'dead' ? outcome.code : null,
+        reason: outcome.kind === 'dead' ? outcome.reason : null,
+        ...(report.eventId && this.forced.has(report.eventId) ? { forced: true } : {}),
+      }),
+    );
+  }
+
+  /** Stops the progress line. */
+  finish(): void {
+    this.#progress.finish();
+  }
+
+  summary(facts: { filteredOut: number; target: string; deadLetterFile: string | null }): ReplaySummary {
+    const o = this.tally.byOutcome;
+    return {
+      total: this.tally.total,
+      forwarded: o.forwarded,
+      injected: o.injected,
+      duplicates: o.duplicate,
+      rejected: o.rejected,
+      failed: o.failed,
+      filtered_out: facts.filteredOut,
+      forced: this.forced.size,
+      by_code: this.tally.byCode,
+      failure_codes: this.tally.failureCodes,
+      target: facts.target,
+      dead_letter_file: facts.deadLetterFile,
+      dry_run: false,
+    };
+  }
+
+  /** The summary as the last JSON line, or as text with the table by recorded code. */
+  print(summary: ReplaySummary, run: { file: string; interrupted: boolean }): void {
+    if (this.#json) {
+      writeLine(JSON.stringify({ ...summary, ...(run.interrupted ? { interrupted: true } : {}) }));
+      return;
+    }
+    const how =
+      this.#sent === 'injected'
+        ? `${summary.injected} injected into ${summary.target}`
+        : `${summary.forwarded} forwarded`;
+    writeLine(
+      terminalSafe(
+        `replayed ${summary.total} events from ${run.file}: ${how}, ${summary.duplicates} duplicates, ` +
+          `${summary.rejected} rejected, ${summary.failed} failed${run.interrupted ? ' (interrupted)' : ''}`,
+      ),
+    );
+    if (summary.filtered_out > 0) writeLine(`left out by the filters: ${summary.filtered_out} records`);
+    if (summary.forced > 0) writeLine(`--force re-drove ${summary.forced} events already marked done`);
+    if (summary.total > 0) for (const line of this.tally.table()) writeLine(line);
+    if (summary.dead_letter_file)
+      writeLine(terminalSafe(`events that still fail: ${summary.dead_letter_file}`));
+  }
+
+  #advance(line: number): void {
+    this.#lastLine = Math.max(this.#lastLine, line);
+    this.#progress.update(this.#lastLine, this.tally.brief());
   }
 }
 

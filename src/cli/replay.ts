@@ -1,18 +1,14 @@
 import { accessSync, constants, statSync } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
-import { createConsumer, type SettledReport } from '../consumer/consumer.js';
-import { createJsonlDeadLetters } from '../consumer/dead-letter-sink.js';
+import type { Logger } from 'pino';
+import { type Consumer, createConsumer } from '../consumer/consumer.js';
+import { createJsonlDeadLetters, type JsonlDeadLetterSink } from '../consumer/dead-letter-sink.js';
 import type { HandlerContext } from '../consumer/router.js';
-import {
-  DeadLetterError,
-  type ErrorCode,
-  errorMessage,
-  ForwardError,
-  RetryLaterError,
-  VERIFICATION_CODES,
-} from '../core/errors.js';
+import { DeadLetterError, errorMessage, ForwardError, RetryLaterError } from '../core/errors.js';
 import { hasCredentials } from '../core/http-answer.js';
 import { createLogger } from '../core/logger.js';
+import type { Keyring } from '../core/secrets.js';
+import type { DedupeStore } from '../dedupe/types.js';
 import { createForwarder, describeUrl, forwardUrlProblem } from '../sidecar/forward.js';
 import {
   DEFAULT_DEDUPE,
@@ -24,14 +20,13 @@ import {
   writeLine,
 } from './common.js';
 import { parseFilter } from './filters.js';
-import { countLines, Progress } from './progress.js';
+import { countLines } from './progress.js';
 import { Pacer, parseRate } from './rate.js';
 import { forcingDedupe, injectingDedupe } from './replay-dedupe.js';
 import { type DryRunOptions, dryRun } from './replay-dry-run.js';
-import { type ReplayOutcome, ReplayTally } from './replay-report.js';
-import { type ReplayMessage, ReplaySource, recordedCode } from './replay-source.js';
+import { ReplayReport } from './replay-report.js';
+import { type ReplayMessage, ReplaySource } from './replay-source.js';
 import { openTarget, TARGET_FORMS, type Target } from './targets.js';
-import { terminalSafe } from './terminal-safe.js';
 
 export const REPLAY_USAGE = `Usage: partner-events replay FILE (--forward URL | --to TARGET) [options]
 
@@ -66,64 +61,104 @@ Select records (all given criteria must hold; repeat a flag or use commas for "a
 
 Exit: 0 when nothing failed or was rejected, 1 otherwise, 2 on usage errors.`;
 
-/** The event itself is invalid (as opposed to: the app or queue did not take it). */
-const REJECTED_CODES: ReadonlySet<ErrorCode> = new Set<ErrorCode>([
-  ...VERIFICATION_CODES,
-  'SCHEMA_INVALID',
-  'UNKNOWN_EVENT_TYPE',
-]);
-
-export interface ReplaySummary {
-  total: number;
-  forwarded: number;
-  injected: number;
-  duplicates: number;
-  rejected: number;
-  failed: number;
-  /** Records the filters left out (still in FILE, not in the new dead-letter file). */
-  filtered_out: number;
-  /** Events the dedupe store marked done that --force re-drove. */
-  forced: number;
-  /** Counts by the code each record was dead-lettered with (`none` for bare envelopes). */
-  by_code: Record<string, Record<ReplayOutcome, number>>;
-  /** Counts by the code of what still fails. */
-  failure_codes: Record<string, number>;
-  target: string | null;
-  dead_letter_file: string | null;
-  dry_run: boolean;
-}
-
-type ReplayArgs = DryRunOptions;
-
 export async function replayCommand(args: string[]): Promise<number> {
-  const { values, positionals } = parse(args, {
-    forward: { type: 'string' },
-    to: { type: 'string' },
-    force: { type: 'boolean', default: false },
-    dedupe: { type: 'string', default: DEFAULT_DEDUPE },
-    json: { type: 'boolean', default: false },
-    'dry-run': { type: 'boolean', default: false },
-    'check-age': { type: 'boolean', default: false },
-    'dead-letter': { type: 'string' },
-    attempts: { type: 'string' },
-    concurrency: { type: 'string' },
-    'timeout-ms': { type: 'string' },
-    'secrets-file': { type: 'string' },
-    type: { type: 'string', multiple: true },
-    'event-id': { type: 'string', multiple: true },
-    code: { type: 'string', multiple: true },
-    since: { type: 'string' },
-    until: { type: 'string' },
-    rate: { type: 'string' },
-    help: { type: 'boolean', short: 'h', default: false },
-  });
+  const { values, positionals } = parse(args, REPLAY_OPTIONS);
   if (values.help) {
     writeLine(REPLAY_USAGE);
     return 0;
   }
+  const options = replayArgs(values, positionals);
+  const keyring = loadKeyring(options.secretsFile);
+  const logger = createLogger({ level: process.env.LOG_LEVEL ?? 'warn' }, process.stderr);
+  // Opened before the store, so a bad --to fails before anything else is touched.
+  const target =
+    options.to && !options.dryRun
+      ? await openTarget(options.to, { concurrency: options.concurrency })
+      : undefined;
+  const dedupe = await openDedupe(options.dedupe, { readOnly: options.dryRun, logger });
+  if (options.force) {
+    process.stderr.write(
+      options.to
+        ? 'WARNING --force: events the dedupe store marks as done are forgotten by it and re-injected: the worker will handle them AGAIN\n'
+        : 'WARNING --force: events the dedupe store marks as done are forwarded AGAIN: your app may apply them twice\n',
+    );
+  }
+  if (options.dryRun) return dryRun(options, keyring, dedupe);
+  return replay(options, { keyring, logger, dedupe, target });
+}
+
+const REPLAY_OPTIONS = {
+  forward: { type: 'string' },
+  to: { type: 'string' },
+  force: { type: 'boolean', default: false },
+  dedupe: { type: 'string', default: DEFAULT_DEDUPE },
+  json: { type: 'boolean', default: false },
+  'dry-run': { type: 'boolean', default: false },
+  'check-age': { type: 'boolean', default: false },
+  'dead-letter': { type: 'string' },
+  attempts: { type: 'string' },
+  concurrency: { type: 'string' },
+  'timeout-ms': { type: 'string' },
+  'secrets-file': { type: 'string' },
+  type: { type: 'string', multiple: true },
+  'event-id': { type: 'string', multiple: true },
+  code: { type: 'string', multiple: true },
+  since: { type: 'string' },
+  until: { type: 'string' },
+  rate: { type: 'string' },
+  help: { type: 'boolean', short: 'h', default: false },
+} as const;
+
+type ReplayValues = ReturnType<typeof parse<typeof REPLAY_OPTIONS>>['values'];
+
+/** replay's flags, checked. */
+interface ReplayArgs extends DryRunOptions {
+  readonly dryRun: boolean;
+  /** The `--dedupe` spec. */
+  readonly dedupe: string;
+  /** `--dead-letter`; default beside FILE. */
+  readonly deadLetter: string | undefined;
+  readonly attempts: number;
+  readonly concurrency: number;
+  readonly timeoutMs: number;
+  /** `--rate`, events per second. */
+  readonly rate: number | undefined;
+  readonly secretsFile: string | undefined;
+}
+
+/** Every usage error, before anything is opened. */
+function replayArgs(values: ReplayValues, positionals: readonly string[]): ReplayArgs {
   const file = positionals[0];
   if (!file || positionals.length > 1) throw new UsageError('replay needs exactly one FILE');
   checkReplayFile(file);
+  checkDestination(values);
+  return {
+    file,
+    forward: values.forward,
+    to: values.to,
+    force: values.force,
+    json: values.json,
+    checkAge: values['check-age'],
+    dryRun: values['dry-run'],
+    dedupe: values.dedupe,
+    deadLetter: values['dead-letter'],
+    attempts: parsePositiveInt('--attempts', values.attempts, 3),
+    concurrency: parsePositiveInt('--concurrency', values.concurrency, 8),
+    timeoutMs: parsePositiveInt('--timeout-ms', values['timeout-ms'], 10_000),
+    rate: values.rate === undefined ? undefined : parseRate('--rate', values.rate),
+    filter: parseFilter({
+      type: values.type,
+      eventId: values['event-id'],
+      code: values.code,
+      since: values.since,
+      until: values.until,
+    }),
+    secretsFile: values['secrets-file'],
+  };
+}
+
+/** Exactly one of --forward and --to (or neither with --dry-run), and a --forward URL replay can use. */
+function checkDestination(values: ReplayValues): void {
   if (values.forward && values.to) throw new UsageError('give --forward URL or --to TARGET, not both');
   if (!values.forward && !values.to && !values['dry-run'])
     throw new UsageError('replay needs --forward URL or --to TARGET (or --dry-run)');
@@ -135,116 +170,108 @@ export async function replayCommand(args: string[]): Promise<number> {
       : '';
     throw new UsageError(`--forward ${forwardProblem}${hint}`);
   }
-  const attempts = parsePositiveInt('--attempts', values.attempts, 3);
-  const concurrency = parsePositiveInt('--concurrency', values.concurrency, 8);
-  const timeoutMs = parsePositiveInt('--timeout-ms', values['timeout-ms'], 10_000);
-  const rate = values.rate === undefined ? undefined : parseRate('--rate', values.rate);
-  const options: ReplayArgs = {
-    file,
-    forward: values.forward,
-    to: values.to,
-    force: values.force,
-    json: values.json,
-    checkAge: values['check-age'],
-    filter: parseFilter({
-      type: values.type,
-      eventId: values['event-id'],
-      code: values.code,
-      since: values.since,
-      until: values.until,
-    }),
-  };
-  const keyring = loadKeyring(values['secrets-file']);
-  const logger = createLogger({ level: process.env.LOG_LEVEL ?? 'warn' }, process.stderr);
-  // Opened before the store, so a bad --to fails before anything else is touched.
-  const target = values.to && !values['dry-run'] ? await openTarget(values.to, { concurrency }) : undefined;
-  const dedupe = await openDedupe(values.dedupe, { readOnly: values['dry-run'], logger });
+}
 
-  if (options.force) {
-    process.stderr.write(
-      options.to
-        ? 'WARNING --force: events the dedupe store marks as done are forgotten by it and re-injected: the worker will handle them AGAIN\n'
-        : 'WARNING --force: events the dedupe store marks as done are forwarded AGAIN: your app may apply them twice\n',
-    );
-  }
-  if (values['dry-run']) return dryRun(options, keyring, dedupe);
+/** What the replay runs with, opened by replayCommand. */
+interface ReplayParts {
+  readonly keyring: Keyring;
+  readonly logger: Logger;
+  readonly dedupe: DedupeStore;
+  /** With `--to`; else events are forwarded to `--forward`. */
+  readonly target: Target | undefined;
+}
 
-  const deadLetterPath =
-    values['dead-letter'] ??
-    join(
-      dirname(file),
-      `${basename(file, '.jsonl')}.failed-${new Date().toISOString().replace(/[:.]/g, '-')}.jsonl`,
-    );
+/**
+ * Re-drives the file through a consumer (verification, dedupe, validation, retries, dead letters
+ * to a new file) until its end or SIGINT / SIGTERM, then prints the summary. Exit code 0 when
+ * nothing failed or was rejected and the run was not interrupted.
+ */
+async function replay(options: ReplayArgs, parts: ReplayParts): Promise<number> {
+  const deadLetterPath = options.deadLetter ?? defaultDeadLetterPath(options.file);
   const sink = createJsonlDeadLetters(deadLetterPath);
-  const tally = new ReplayTally();
-  const forced = new Set<string>();
-  const progress = new Progress(await countLines(file));
-  let lastLine = 0;
-  const advance = (line: number) => {
-    lastLine = Math.max(lastLine, line);
-    progress.update(lastLine, tally.brief());
-  };
-  const source = new ReplaySource({
-    path: file,
-    filter: options.filter,
-    pacer: rate === undefined ? undefined : new Pacer(rate),
-    onFiltered: (message) => advance(message.line),
+  const report = new ReplayReport({
+    lines: await countLines(options.file),
+    sent: parts.target ? 'injected' : 'forwarded',
+    json: options.json,
   });
+  const source = new ReplaySource({
+    path: options.file,
+    filter: options.filter,
+    pacer: options.rate === undefined ? undefined : new Pacer(options.rate),
+    onFiltered: (message) => report.filtered(message.line),
+  });
+  const { consumer, close } = replayConsumer(options, parts, { source, sink, report });
+  const interrupted = await runUntilStopped(consumer, close);
+  report.finish();
+  const summary = report.summary({
+    filteredOut: source.filteredOut,
+    target: parts.target ? parts.target.name : describeUrl(options.forward as string),
+    deadLetterFile: sink.count > 0 ? deadLetterPath : null,
+  });
+  report.print(summary, { file: options.file, interrupted });
+  return summary.failed === 0 && summary.rejected === 0 && !interrupted ? 0 : 1;
+}
+
+/** `FILE.failed-<time>.jsonl`, beside FILE. */
+function defaultDeadLetterPath(file: string): string {
+  const time = new Date().toISOString().replace(/[:.]/g, '-');
+  return join(dirname(file), `${basename(file, '.jsonl')}.failed-${time}.jsonl`);
+}
+
+/**
+ * The consumer that re-drives the records, with its handler (the forwarder, or the injector for
+ * `--to`) and a `close` for the handler's connections once it has stopped.
+ */
+function replayConsumer(
+  options: ReplayArgs,
+  parts: ReplayParts,
+  { source, sink, report }: { source: ReplaySource; sink: JsonlDeadLetterSink; report: ReplayReport },
+): { consumer: Consumer<ReplayMessage>; close(): Promise<void> } {
+  const { target, logger } = parts;
   const onForced = (eventId: string) => {
-    forced.add(eventId);
+    report.forced.add(eventId);
     logger.warn({ event_id: eventId }, '--force: re-driving an event the dedupe store marks as done');
-  };
-  const sent: ReplayOutcome = target ? 'injected' : 'forwarded';
-  const onSettled = (report: SettledReport<ReplayMessage>) => {
-    const { outcome } = report;
-    if (outcome.kind === 'retry') return;
-    const recorded = recordedCode(report.message);
-    let result: ReplayOutcome;
-    if (outcome.kind === 'ack') {
-      result = outcome.result === 'duplicate' ? 'duplicate' : sent;
-      tally.add(result, recorded);
-    } else {
-      result = REJECTED_CODES.has(outcome.code) ? 'rejected' : 'failed';
-      tally.add(result, recorded, outcome.code);
-    }
-    advance(report.message.line);
-    if (options.json) {
-      writeLine(
-        JSON.stringify({
-          line: report.message.line,
-          event_id: report.eventId ?? null,
-          event_type: report.eventType ?? null,
-          recorded_code: recorded ?? null,
-          outcome: outcome.kind === 'dead' ? 'dead' : result,
-          code: outcome.kind === 'dead' ? outcome.code : null,
-          reason: outcome.kind === 'dead' ? outcome.reason : null,
-          ...(report.eventId && forced.has(report.eventId) ? { forced: true } : {}),
-        }),
-      );
-    }
   };
   const consumer = createConsumer({
     source,
-    secrets: keyring,
+    secrets: parts.keyring,
     dedupe: target
-      ? injectingDedupe(dedupe, { force: options.force, onForced })
+      ? injectingDedupe(parts.dedupe, { force: options.force, onForced })
       : options.force
-        ? forcingDedupe(dedupe, onForced)
-        : dedupe,
+        ? forcingDedupe(parts.dedupe, onForced)
+        : parts.dedupe,
     deadLetter: sink,
     checkAge: options.checkAge,
-    concurrency,
-    retry: { maxAttempts: attempts, baseDelayMs: 500, maxDelayMs: 5000 },
-    handlerTimeoutMs: timeoutMs + 1000,
+    concurrency: options.concurrency,
+    retry: { maxAttempts: options.attempts, baseDelayMs: 500, maxDelayMs: 5000 },
+    handlerTimeoutMs: options.timeoutMs + 1000,
     logger,
-    onSettled,
+    onSettled: (settled) => report.settled(settled),
   });
   const forwarder = target
     ? undefined
-    : createForwarder({ url: options.forward as string, timeoutMs, connections: concurrency });
+    : createForwarder({
+        url: options.forward as string,
+        timeoutMs: options.timeoutMs,
+        connections: options.concurrency,
+      });
   const handler = forwarder ?? injector(target as Target, source);
   consumer.on('*', handler).onUnknown(handler);
+  const close = async () => {
+    await target?.close();
+    await forwarder?.close();
+  };
+  return { consumer, close };
+}
 
+/**
+ * Runs the consumer to the end of the file, or until SIGINT / SIGTERM (which drain it), then
+ * closes the handler's connections (a signal meanwhile is still caught). True when interrupted.
+ */
+async function runUntilStopped(
+  consumer: Consumer<ReplayMessage>,
+  close: () => Promise<void>,
+): Promise<boolean> {
   let interrupted = false;
   const onSignal = () => {
     interrupted = true;
@@ -254,45 +281,10 @@ export async function replayCommand(args: string[]): Promise<number> {
   process.once('SIGTERM', onSignal);
   await consumer.start();
   await consumer.stopped;
-  await target?.close();
-  await forwarder?.close();
+  await close();
   process.off('SIGINT', onSignal);
   process.off('SIGTERM', onSignal);
-  progress.finish();
-
-  const o = tally.byOutcome;
-  const summary: ReplaySummary = {
-    total: tally.total,
-    forwarded: o.forwarded,
-    injected: o.injected,
-    duplicates: o.duplicate,
-    rejected: o.rejected,
-    failed: o.failed,
-    filtered_out: source.filteredOut,
-    forced: forced.size,
-    by_code: tally.byCode,
-    failure_codes: tally.failureCodes,
-    target: target ? target.name : describeUrl(options.forward as string),
-    dead_letter_file: sink.count > 0 ? deadLetterPath : null,
-    dry_run: false,
-  };
-  if (options.json) {
-    writeLine(JSON.stringify({ ...summary, ...(interrupted ? { interrupted: true } : {}) }));
-  } else {
-    const how = target ? `${o.injected} injected into ${target.name}` : `${o.forwarded} forwarded`;
-    writeLine(
-      terminalSafe(
-        `replayed ${summary.total} events from ${file}: ${how}, ${summary.duplicates} duplicates, ` +
-          `${summary.rejected} rejected, ${summary.failed} failed${interrupted ? ' (interrupted)' : ''}`,
-      ),
-    );
-    if (summary.filtered_out > 0) writeLine(`left out by the filters: ${summary.filtered_out} records`);
-    if (summary.forced > 0) writeLine(`--force re-drove ${summary.forced} events already marked done`);
-    if (summary.total > 0) for (const line of tally.table()) writeLine(line);
-    if (summary.dead_letter_file)
-      writeLine(terminalSafe(`events that still fail: ${summary.dead_letter_file}`));
-  }
-  return summary.failed === 0 && summary.rejected === 0 && !interrupted ? 0 : 1;
+  return interrupted;
 }
 
 /** FILE must be a readable file: a directory or an unreadable path is a usage error, as for verify. */
