@@ -1,20 +1,18 @@
 import { redact } from '../../src/core/redact.js';
 import { defineTransport, importAdapterModule } from '../../src/core/transport.js';
+import { CLI_SCHEME } from './names.js';
 import { eventHubsOptionsSchema } from './options.js';
 
-const SDK = '@azure/event-hubs';
+export {
+  CLI_SCHEME,
+  ENV_CHECKPOINT_STORE,
+  ENV_CONNECTION_STRING,
+  ENV_DEAD_LETTER_QUEUE,
+  ENV_NAMESPACE,
+  ENV_STORAGE_CONNECTION_STRING,
+} from './names.js';
 
-export const CLI_SCHEME = 'azure-event-hubs:';
-/** A connection string (namespace or hub level). */
-export const ENV_CONNECTION_STRING = 'EVENTHUBS_CONNECTION_STRING';
-/** `<namespace>.servicebus.windows.net`, signed in with `DefaultAzureCredential`. */
-export const ENV_NAMESPACE = 'EVENTHUBS_FULLY_QUALIFIED_NAMESPACE';
-/** `sqlite:PATH` (default `sqlite:partner-events-checkpoints.db`) or `blob:CONTAINER_URL`. */
-export const ENV_CHECKPOINT_STORE = 'EVENTHUBS_CHECKPOINT_STORE';
-/** A hub in the same namespace that receives a copy of each dead event (optional; was `EVENTHUBS_POISON_HUB`). */
-export const ENV_DEAD_LETTER_QUEUE = 'EVENTHUBS_DEAD_LETTER_QUEUE';
-/** With `blob:NAME` (a container name rather than a URL): the storage account's connection string. */
-export const ENV_STORAGE_CONNECTION_STRING = 'AZURE_STORAGE_CONNECTION_STRING';
+const SDK = '@azure/event-hubs';
 
 /**
  * Azure Event Hubs: `azure-event-hubs:HUB`, with the connection (and the checkpoint store) from

@@ -12,7 +12,7 @@ import {
   ENV_DEAD_LETTER_QUEUE,
   ENV_NAMESPACE,
   ENV_STORAGE_CONNECTION_STRING,
-} from './cli.js';
+} from './names.js';
 import { type eventHubsOptionsSchema, HUB_NAME } from './options.js';
 
 /**

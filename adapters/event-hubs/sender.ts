@@ -2,7 +2,7 @@ import { EventHubProducerClient } from '@azure/event-hubs';
 import { AdapterError, ConfigError, errorMessage } from '../../src/core/errors.js';
 import { redact } from '../../src/core/redact.js';
 import type { Delivery, OutgoingMessage, Target } from '../../src/core/target.js';
-import { CLI_SCHEME, ENV_CONNECTION_STRING } from './cli.js';
+import { CLI_SCHEME, ENV_CONNECTION_STRING } from './names.js';
 import { HUB_NAME } from './options.js';
 
 /**

@@ -6,9 +6,9 @@ import { AdapterError, ConfigError } from '../../src/core/errors.js';
 import { createLogger } from '../../src/core/logger.js';
 import type { Outcome } from '../../src/core/outcome.js';
 import type { RawMessage, SourceAdapter } from '../../src/core/source-adapter.js';
-import { CLI_PREFIX } from './cli.js';
 import { decodeMessageText, ENCODING_FIXES, type EncodingHint } from './encoding.js';
 import { MessageLease } from './lease.js';
+import { CLI_PREFIX } from './names.js';
 import {
   MAX_VISIBILITY_SECONDS,
   parseStorageQueueSettings,

@@ -3,7 +3,10 @@ import { defineTransport, importAdapterModule } from '../../src/core/transport.j
 import { storageQueueOptionsSchema } from './options.js';
 
 const SDK = '@azure/storage-queue';
-export const CLI_PREFIX = 'azure-storage-queue:';
+
+import { CLI_PREFIX } from './names.js';
+
+export { CLI_PREFIX } from './names.js';
 
 /** Whether a `--source` / `--to` value names a Storage Queue (for the CLI's choice of transport). */
 export function isStorageQueueSpec(spec: string): boolean {

@@ -1,7 +1,7 @@
 import type { QueueClient } from '@azure/storage-queue';
 import { AdapterError, ConfigError, errorMessage } from '../../src/core/errors.js';
 import type { Delivery, OutgoingMessage, Target } from '../../src/core/target.js';
-import { CLI_PREFIX as PREFIX } from './cli.js';
+import { CLI_PREFIX as PREFIX } from './names.js';
 import { CONNECTION_STRING_ENV, resolveTarget, type StorageQueueTarget } from './queue-address.js';
 
 /**
