@@ -243,23 +243,16 @@ function handlerAborted(
         policy.leaseMs,
       );
     case 'lease-lost':
-      return failure(
-        'LEASE_LOST',
-        'lease on the event or message could not be kept',
-        attempt,
-        policy,
-        claim,
-        policy.leaseMs,
-      );
     case 'visibility-lost':
-      // The broker already shows the message again: hand it back at once rather than after a delay.
+      // A lost visibility means the broker already shows the message again: hand it back at once
+      // rather than after the lease.
       return failure(
         'LEASE_LOST',
         'lease on the event or message could not be kept',
         attempt,
         policy,
         claim,
-        0,
+        facts.cause === 'visibility-lost' ? 0 : policy.leaseMs,
       );
   }
 }
