@@ -91,9 +91,10 @@ describe('a new transport is one folder plus one registry line', () => {
       // Its options section comes from the sidecar config: endWhenEmpty ends the run.
       const run = await runCli(['run', '--source', to, '--forward', app.url, '--dedupe', 'memory'], {
         main,
-        env: { PARTNER_EVENTS_STAND_IN_END_WHEN_EMPTY: 'true' },
+        env: { PARTNER_EVENTS_STAND_IN_END_WHEN_EMPTY: 'true', LOG_LEVEL: 'info' },
+        killAfterMs: 90_000,
       });
-      expect(run.code, run.stderr).toBe(0);
+      expect(run.code, `${run.stdout}\n${run.stderr}`).toBe(0);
       expect(app.received.map((r) => r.headers['partner-event-type']).sort()).toEqual([
         'coach.nudge.created',
         'daily.data.steps.created',
@@ -104,7 +105,7 @@ describe('a new transport is one folder plus one registry line', () => {
       spool.cleanup();
     }
     // Three CLI children, each loading the tree's copy through tsx: seconds each on a busy machine.
-  }, 60_000);
+  }, 120_000);
 
   it('validates its options section like every other, naming the environment variable', async () => {
     const spool = tempDir('phe-stand-in-spool-');

@@ -23,6 +23,11 @@ export interface CliOptions {
   cwd?: string;
   /** The CLI of another copy of the tree (default this one's). */
   main?: string;
+  /**
+   * Ends a child still running after this long with SIGKILL (its code is then null), so a test
+   * that waits on it fails with the child's output in the message instead of a bare timeout.
+   */
+  killAfterMs?: number;
 }
 
 /** The environment the tests run the CLI with: the test signing secret, warnings only, no ops port. */
@@ -61,6 +66,10 @@ export function startCli(args: string[], options: CliOptions = {}) {
   });
   const output = collectOutput(child);
   child.stdin.end(options.input ?? '');
+  if (options.killAfterMs !== undefined) {
+    const timer = setTimeout(() => child.kill('SIGKILL'), options.killAfterMs);
+    void output.done.then(() => clearTimeout(timer));
+  }
   return { child, ...output };
 }
 
