@@ -1,7 +1,8 @@
 import { existsSync, readFileSync } from 'node:fs';
+import { dirname, resolve } from 'node:path';
 import { type ParseArgsConfig, parseArgs } from 'node:util';
 import type { Logger } from 'pino';
-import { ConfigError, errorMessage } from '../core/errors.js';
+import { ConfigError, DedupeUnavailableError, errorMessage, isPartnerEventsError } from '../core/errors.js';
 import { Keyring, readSecretsFile, secretsFromEnv } from '../core/secrets.js';
 import { createMemoryDedupe } from '../dedupe/memory.js';
 import { createSqliteDedupe } from '../dedupe/sqlite.js';
@@ -51,7 +52,11 @@ export async function openDedupe(
       throw new UsageError('--dedupe sqlite: needs a path, e.g. sqlite:/var/lib/partner-events/dedupe.db');
     }
     if (options.readOnly && !existsSync(path)) return createMemoryDedupe();
-    return createSqliteDedupe({ path });
+    try {
+      return createSqliteDedupe({ path });
+    } catch (error) {
+      throw sqliteOpenError(path, error);
+    }
   }
   if (spec === 'memory') return createMemoryDedupe();
   if (spec.startsWith('redis://') || spec.startsWith('rediss://')) {
@@ -69,6 +74,29 @@ export async function openDedupe(
     });
   }
   throw new UsageError(`unknown --dedupe "${spec}": expected sqlite:PATH, redis://HOST:PORT or memory`);
+}
+
+/** A SQLite store that cannot be opened, with the file system's reason (EACCES, ENOENT, …) and what to do. */
+function sqliteOpenError(path: string, error: unknown): unknown {
+  if (!isPartnerEventsError(error)) return error;
+  const code = systemCode(error);
+  // A file system refusal (EACCES, ENOTDIR, …) is about the directory; SQLite's own (SQLITE_NOTADB) about the file.
+  const fix = code?.startsWith('SQLITE_')
+    ? ''
+    : `its directory ${dirname(resolve(path))} must exist (or be creatable) and be writable by this user; or `;
+  return new DedupeUnavailableError(
+    `cannot open SQLite dedupe store at ${path}${code ? ` (${code})` : ''}: ${fix}choose another file with --dedupe sqlite:PATH`,
+    { cause: error },
+  );
+}
+
+/** The first `code` such as EACCES down an error's cause chain. */
+function systemCode(error: unknown): string | undefined {
+  for (let e: unknown = error; e instanceof Error; e = e.cause) {
+    const code = (e as { code?: unknown }).code;
+    if (typeof code === 'string' && /^(E[A-Z]+|SQLITE_[A-Z_]+)$/.test(code)) return code;
+  }
+  return undefined;
 }
 
 export function parsePositiveInt(name: string, value: string | undefined, fallback: number): number {

@@ -3,6 +3,7 @@ import { redact } from '../core/redact.js';
 import { SpecError } from '../core/transport.js';
 import { UsageError, writeLine } from './common.js';
 import { DEMO_USAGE, demoCommand } from './demo.js';
+import { causeLines } from './error-chain.js';
 import { REPLAY_USAGE, replayCommand } from './replay.js';
 import { RUN_USAGE, runCommand } from './run.js';
 import { SIMULATE_USAGE, simulateCommand } from './simulate.js';
@@ -52,8 +53,11 @@ async function main(argv: string[]): Promise<number> {
       return 2;
     }
     if (isPartnerEventsError(error)) {
-      // Config and secret problems: a clear line with the code, no stack.
-      process.stderr.write(`partner-events ${name}: [${error.code}] ${terminalSafeLines(error.message)}\n`);
+      // Config and secret problems: a clear line with the code, then what caused it, no stack.
+      const causes = causeLines(error).map((line) => `\n  cause: ${terminalSafeLines(line)}`);
+      process.stderr.write(
+        `partner-events ${name}: [${error.code}] ${terminalSafeLines(error.message)}${causes.join('')}\n`,
+      );
       return 2;
     }
     throw error;

@@ -27,6 +27,7 @@ import {
   UsageError,
   writeLine,
 } from './common.js';
+import { handlersLoadError } from './handlers-module.js';
 import { openSource, SOURCE_FORMS } from './sources.js';
 
 export const RUN_USAGE = `Usage: partner-events run [--config FILE] [--source SOURCE] (--forward URL | --handlers MODULE) [options]
@@ -244,7 +245,7 @@ async function registerHandlers(consumer: Consumer, modulePath: string): Promise
   try {
     mod = (await import(pathToFileURL(resolve(modulePath)).href)) as { default?: unknown };
   } catch (cause) {
-    throw new ConfigError(`cannot load --handlers module ${modulePath}`, { cause });
+    throw handlersLoadError(modulePath, cause);
   }
   const exported = mod.default;
   if (typeof exported === 'function') {
