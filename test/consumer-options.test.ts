@@ -81,6 +81,50 @@ describe('JSONL dead-letter sink', () => {
   });
 });
 
+describe('the settled log', () => {
+  it('counts acks in an `events settled` summary at info and writes a line only for retries and dead events', async () => {
+    const { createTestEnvelope, forgedEnvelope } = await import('../src/consumer/testing.js');
+    const lines: string[] = [];
+    const logger = pino({ level: 'info' }, { write: (line: string) => void lines.push(line) });
+    const source = createMemorySource({ endWhenEmpty: true });
+    const previous = 'previous-secret-value-0123456789';
+    const consumer = createConsumer({
+      source,
+      logger,
+      secrets: [
+        { id: 'current', secret: TEST_SIGNING_SECRET },
+        { id: 'previous', secret: previous },
+      ],
+      deadLetter: join(dir.path, 'dead.jsonl'),
+      retry: { maxAttempts: 1 },
+      concurrency: 1,
+    });
+    consumer.on('*', vi.fn());
+    const first = createTestEnvelope('daily.data.steps.created');
+    source.send(first.raw);
+    source.send(first.raw);
+    source.send(createTestEnvelope('daily.data.steps.created', { secret: previous }).raw);
+    source.send(forgedEnvelope('daily.data.steps.created').raw);
+    await consumer.start();
+    await consumer.stopped;
+    const logged = lines.map((l) => JSON.parse(l));
+    expect(logged.filter((l) => l.msg === 'event acked')).toEqual([]);
+    expect(logged.filter((l) => l.msg === 'event dead-lettered')).toHaveLength(1);
+    const summaries = logged.filter((l) => l.msg === 'events settled');
+    expect(summaries).toHaveLength(1);
+    expect(summaries[0]).toMatchObject({
+      level: 30,
+      settled: 4,
+      handled: 2,
+      duplicate: 1,
+      ignored: 0,
+      retried: 0,
+      dead_lettered: 1,
+      key_ids: { current: 2, previous: 1 },
+    });
+  });
+});
+
 describe('secrets never leak', () => {
   it('logs the matched key id on every outcome line, and never a secret', async () => {
     const { createTestEnvelope, forgedEnvelope } = await import('../src/consumer/testing.js');

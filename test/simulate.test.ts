@@ -87,7 +87,7 @@ describe('partner-events simulate', () => {
       const source = `sqs:${queue.url}`;
       const worker = await startRun(
         ['--source', source, '--forward', app.url, '--dedupe', dedupe, '--dead-letter', deadLetter],
-        { env },
+        { env: { ...env, LOG_LEVEL: 'debug' } },
       );
       try {
         const genuine = k.first + k.duplicate + k.retry;

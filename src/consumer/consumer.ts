@@ -13,7 +13,7 @@ import { Pipeline, type ProcessResult } from './pipeline.js';
 import { ReceiveLoop } from './receive-loop.js';
 import { type EventPattern, type EventsFor, type Handler, Router } from './router.js';
 import { type ConsumerSettings, type ConsumerSettingsInput, parseSettings } from './settings.js';
-import { logSettled } from './settled-log.js';
+import { SettledLog } from './settled-log.js';
 import { StoreHealth } from './store-health.js';
 import { VisibilityHeartbeats } from './visibility-heartbeats.js';
 
@@ -74,6 +74,7 @@ export class Consumer<M extends RawMessage = RawMessage> {
   readonly #heartbeats: VisibilityHeartbeats<M> | undefined;
   readonly #pipeline: Pipeline;
   readonly #onSettled: ((report: SettledReport<M>) => void) | undefined;
+  readonly #settledLog: SettledLog;
   #state: ConsumerState = 'idle';
   #receiver: ReceiveLoop<M> | undefined;
   #loop: Promise<void> | undefined;
@@ -101,6 +102,7 @@ export class Consumer<M extends RawMessage = RawMessage> {
       this.#heartbeats = new VisibilityHeartbeats(beat, source.heartbeatIntervalMs, this.logger);
     }
     this.#onSettled = onSettled;
+    this.#settledLog = new SettledLog(this.logger);
     this.#pipeline = new Pipeline(this.settings, {
       keyring: this.keyring,
       dedupe: this.#dedupe,
@@ -183,6 +185,7 @@ export class Consumer<M extends RawMessage = RawMessage> {
       handle: (message) => this.#handle(source, message),
     });
     this.#receiver = receiver;
+    this.#settledLog.start();
     this.#loop = this.#run(receiver);
   }
 
@@ -219,6 +222,7 @@ export class Consumer<M extends RawMessage = RawMessage> {
       this.#pipeline.abortAll();
     });
     this.#state = 'stopped';
+    this.#settledLog.stop();
     await this.#closeAll();
     this.logger.info('consumer stopped');
   }
@@ -242,9 +246,7 @@ export class Consumer<M extends RawMessage = RawMessage> {
       );
     }
     // A store outage fails every message the same way: said once (StoreHealth), not per message.
-    if (!this.#storeHealth.note(result) || this.logger.isLevelEnabled('debug')) {
-      logSettled(this.logger, result, message);
-    }
+    this.#settledLog.note(result, message, this.#storeHealth.note(result));
     this.#onSettled?.({ ...result, message });
   }
 

@@ -80,12 +80,12 @@ export function runCli(args: string[], options: CliOptions = {}) {
 export type LogLine = { msg?: string; [k: string]: unknown };
 
 /**
- * Starts `partner-events run ARGS` with info logs on stdout; resolves once its consumer started,
- * with the URLs it logged on the way: its HTTP ingress and (with an ops port) its ops endpoints.
+ * Starts `partner-events run ARGS` with info logs (or `env.LOG_LEVEL`'s) on stdout; resolves once its
+ * consumer started, with the URLs it logged on the way: its HTTP ingress and (with an ops port) its ops endpoints.
  * `stop()` sends SIGTERM and resolves with the result.
  */
 export async function startRun(args: string[], options: CliOptions = {}) {
-  const cli = startCli(['run', ...args], { ...options, env: { ...options.env, LOG_LEVEL: 'info' } });
+  const cli = startCli(['run', ...args], { ...options, env: { LOG_LEVEL: 'info', ...options.env } });
   const logs = () => jsonLines(cli.output()) as LogLine[];
   const find = (msg: string) => logs().find((l) => l.msg?.startsWith(msg));
   const stop = () => {
