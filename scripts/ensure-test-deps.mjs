@@ -1,11 +1,14 @@
 // `npm test` runs every suite: the Redis suites need a real redis-server, the runbook test runs
-// the runbook's commands, which use jq. On a fresh Debian-like machine where we are root, install
+// the runbook's commands, which use jq, the observability test checks the alert rules with
+// promtool (Debian's prometheus package). On a fresh Debian-like machine where we are root, install
 // what is missing; otherwise say how (those suites then skip locally, and CI, whose .ci/run
 // installs them, fails instead).
 import { spawnSync } from 'node:child_process';
 
 const has = (cmd) => spawnSync(cmd, ['--version'], { stdio: 'ignore' }).status === 0;
-const missing = ['redis-server', 'jq'].filter((cmd) => !has(cmd));
+const missing = ['redis-server', 'jq', 'promtool'].filter((cmd) => !has(cmd));
+const PACKAGE_OF = { promtool: 'prometheus' };
+const packages = missing.map((cmd) => PACKAGE_OF[cmd] ?? cmd);
 
 if (missing.length > 0) {
   const root = process.getuid?.() === 0;
@@ -17,7 +20,7 @@ if (missing.length > 0) {
     const update = spawnSync('apt-get', ['update', '-qq'], { stdio: 'inherit', env });
     const install =
       update.status === 0
-        ? spawnSync('apt-get', ['install', '-y', '-qq', '--no-install-recommends', ...missing], {
+        ? spawnSync('apt-get', ['install', '-y', '-qq', '--no-install-recommends', ...packages], {
             stdio: 'inherit',
             env,
           })
@@ -29,7 +32,7 @@ if (missing.length > 0) {
     }
   } else {
     console.error(
-      `[pretest] ${missing.join(', ')} not installed: the suites that need them will be skipped. Install them (e.g. apt-get install ${missing.join(' ')}) to run them.`,
+      `[pretest] ${missing.join(', ')} not installed: the suites that need them will be skipped. Install them (e.g. apt-get install ${packages.join(' ')}) to run them.`,
     );
   }
 }

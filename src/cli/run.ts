@@ -131,7 +131,7 @@ async function openWorker(config: SidecarConfig): Promise<Worker> {
   const logger = createLogger(config.logLevel ? { level: config.logLevel } : {});
   const keyring = loadKeyring(config.secretsFile, warnSecretsMode(logger));
   const source = await openSource(config, logger);
-  const dedupe = await openDedupe(config.dedupe, {
+  const store = await openDedupe(config.dedupe, {
     logger,
     retentionMs: config.retentionMs,
     tenant: config.tenant,
@@ -140,7 +140,9 @@ async function openWorker(config: SidecarConfig): Promise<Worker> {
   const metrics = new ConsumerMetrics({
     inFlight: () => consumer?.status.inFlight ?? 0,
     ready: () => consumer !== undefined && readiness(consumer, source, config.ops.stallAfterMs).ready,
+    dedupeAvailable: () => consumer?.status.dedupeAvailable ?? true,
   });
+  const dedupe = metrics.countAbandonedClaims(store);
   consumer = createConsumer({
     ...pickConsumerSettings(config),
     source,

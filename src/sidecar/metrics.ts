@@ -1,6 +1,16 @@
 import { Counter, Gauge, Histogram, Registry } from 'prom-client';
 import type { SettledReport } from '../consumer/consumer.js';
 import type { RawMessage } from '../core/source-adapter.js';
+import type { DedupeStore } from '../dedupe/types.js';
+
+/** What the state gauges read when scraped. */
+export interface ConsumerMetricsOptions {
+  readonly registry?: Registry;
+  readonly inFlight?: () => number;
+  readonly ready?: () => boolean;
+  /** Whether the dedupe store answers (the consumer's `status.dedupeAvailable`). */
+  readonly dedupeAvailable?: () => boolean;
+}
 
 /**
  * Prometheus metrics of a consumer, fed by its `onSettled` reports. Label values are bounded:
@@ -19,8 +29,9 @@ export class ConsumerMetrics {
   readonly #latency: Histogram<'outcome'>;
   readonly #handlerLatency: Histogram<'outcome'>;
   readonly #age: Histogram;
+  readonly #abandoned: Counter;
 
-  constructor(options: { registry?: Registry; inFlight?: () => number; ready?: () => boolean } = {}) {
+  constructor(options: ConsumerMetricsOptions = {}) {
     this.registry = options.registry ?? new Registry();
     const registers = [this.registry];
     const counter = <L extends string>(name: string, help: string, labelNames: L[] = []) =>
@@ -44,6 +55,10 @@ export class ConsumerMetrics {
     this.#ignored = counter('ignored_total', 'Events acked without a handler (no route, or unknown type).');
     this.#retried = counter('retried_total', 'Deliveries given back for a retry, by code.', ['code']);
     this.#dead = counter('dead_lettered_total', 'Deliveries written to the dead letters, by code.', ['code']);
+    this.#abandoned = counter(
+      'abandoned_claims_total',
+      'Claims found abandoned: an earlier handling of the event ended without an outcome (its worker died or hung).',
+    );
     const histogram = <L extends string>(
       name: string,
       help: string,
@@ -68,6 +83,32 @@ export class ConsumerMetrics {
       [-60, -5, 0, 1, 5, 15, 60, 300, 900, 3600, 21_600, 86_400],
     );
     registerStateGauges(registers, options);
+  }
+
+  /**
+   * The store, counting in `abandoned_claims_total` each claim that reports earlier abandoned
+   * ones. Claims are where a store learns of them; the consumer's reports do not carry them.
+   */
+  countAbandonedClaims(store: DedupeStore): DedupeStore {
+    const abandoned = this.#abandoned;
+    // Delegation, not a prototype: stores keep their state in private fields.
+    const counted: DedupeStore = {
+      async claim(eventId, leaseMs) {
+        const result = await store.claim(eventId, leaseMs);
+        if (result.status === 'claimed' && (result.abandoned ?? 0) > 0) abandoned.inc();
+        return result;
+      },
+      extend: (eventId, token, leaseMs) => store.extend(eventId, token, leaseMs),
+      complete: (eventId, token, retentionMs) => store.complete(eventId, token, retentionMs),
+      release: (eventId, token) => store.release(eventId, token),
+      peek: (eventId) => store.peek(eventId),
+      close: () => store.close(),
+    };
+    const { forget } = store;
+    if (forget) counted.forget = (eventId) => forget.call(store, eventId);
+    // Only a store that reports its connection does; the consumer tracks the others itself.
+    if ('available' in store) Object.defineProperty(counted, 'available', { get: () => store.available });
+    return counted;
   }
 
   /** Pass as (or call from) the consumer's `onSettled`. */
@@ -102,10 +143,10 @@ export class ConsumerMetrics {
   }
 }
 
-/** Gauges read when scraped: messages in flight, and whether /readyz would answer 200. */
+/** Gauges read when scraped: messages in flight, whether /readyz would answer 200, the store's state. */
 function registerStateGauges(
   registers: Registry[],
-  { inFlight, ready }: { inFlight?: () => number; ready?: () => boolean },
+  { inFlight, ready, dedupeAvailable }: ConsumerMetricsOptions,
 ): void {
   new Gauge({
     name: 'partner_events_in_flight',
@@ -121,6 +162,14 @@ function registerStateGauges(
     registers,
     collect() {
       this.set(ready?.() ? 1 : 0);
+    },
+  });
+  new Gauge({
+    name: 'partner_events_dedupe_available',
+    help: '1 while the dedupe store answers; 0 during an outage (nothing is acked then).',
+    registers,
+    collect() {
+      this.set((dedupeAvailable?.() ?? true) ? 1 : 0);
     },
   });
 }

@@ -1,0 +1,226 @@
+/**
+ * What ships for operators: the Prometheus alert rules (deploy/prometheus/alerts.yaml and the same
+ * groups as a PrometheusRule), the Grafana dashboard (deploy/grafana/partner-events.json) and the
+ * metrics they read. The rules and the dashboard's queries go through `promtool` (Debian's
+ * prometheus package, installed by .ci/run), and every metric they name must be in a live
+ * /metrics scrape of `partner-events run`.
+ */
+import { spawnSync } from 'node:child_process';
+import { readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { parse, parseAllDocuments, stringify } from 'yaml';
+import { createTestEnvelope, forgedEnvelope } from '../src/consumer/testing.js';
+import { createSqliteDedupe } from '../src/dedupe/sqlite.js';
+import { ConsumerMetrics } from '../src/sidecar/metrics.js';
+import { postEnvelope, startApp, startRun } from './support/cli.js';
+import { tempDir } from './support/harness.js';
+
+const HAS_PROMTOOL = spawnSync('promtool', ['--version'], { stdio: 'ignore' }).status === 0;
+if (!HAS_PROMTOOL && process.env.CI) {
+  throw new Error('promtool is missing in CI: .ci/run must install it (apt-get install prometheus)');
+}
+if (!HAS_PROMTOOL)
+  console.warn('promtool not installed (apt-get install prometheus): its checks are skipped');
+
+interface Rule {
+  alert?: string;
+  record?: string;
+  expr: string;
+  annotations?: Record<string, string>;
+}
+interface RuleGroups {
+  groups: { name: string; rules: Rule[] }[];
+}
+interface Panel {
+  title: string;
+  description?: string;
+  targets?: { expr: string }[];
+}
+
+const alerts = parse(readFileSync('deploy/prometheus/alerts.yaml', 'utf8')) as RuleGroups;
+const dashboard = JSON.parse(readFileSync('deploy/grafana/partner-events.json', 'utf8')) as {
+  panels: Panel[];
+  templating: { list: { query: unknown }[] };
+};
+const alertRules = alerts.groups.flatMap((g) => g.rules);
+
+/** The dashboard's queries with Grafana's variables replaced, as Prometheus would receive them. */
+function dashboardQueries(): { panel: string; expr: string }[] {
+  return dashboard.panels.flatMap((p) =>
+    (p.targets ?? []).map((t) => ({
+      panel: p.title,
+      expr: t.expr.replaceAll('$__rate_interval', '5m').replaceAll(/\$(job|instance)\b/g, '.*'),
+    })),
+  );
+}
+
+/** The metric names a PromQL expression reads, histogram series (_bucket, _sum, _count) as their family. */
+function metricFamilies(expr: string): string[] {
+  return [...expr.matchAll(/\bpartner_events_[a-z_]+\b/g)].map((m) =>
+    m[0].replace(/_(bucket|sum|count)$/, ''),
+  );
+}
+
+let dir: ReturnType<typeof tempDir>;
+beforeAll(() => {
+  dir = tempDir('phe-observability-');
+});
+afterAll(() => dir.cleanup());
+
+function promtool(args: string[]) {
+  const result = spawnSync('promtool', args, { encoding: 'utf8' });
+  return { status: result.status, output: `${result.stdout}${result.stderr}` };
+}
+
+describe.skipIf(!HAS_PROMTOOL)('promtool', () => {
+  it('accepts the alert rules', () => {
+    const result = promtool(['check', 'rules', 'deploy/prometheus/alerts.yaml']);
+    expect(result.output).toContain('SUCCESS');
+    expect(result.status, result.output).toBe(0);
+  });
+
+  it('accepts the PrometheusRule beside the Kubernetes example, which holds the same groups', () => {
+    const docs = parseAllDocuments(readFileSync('examples/kubernetes/prometheus-rule.yaml', 'utf8')).map(
+      (d) => d.toJS() as { kind: string; spec: RuleGroups },
+    );
+    const rule = docs.find((d) => d.kind === 'PrometheusRule');
+    expect(rule?.spec.groups).toEqual(alerts.groups);
+    const file = join(dir.path, 'prometheus-rule-groups.yaml');
+    writeFileSync(file, stringify({ groups: rule?.spec.groups }));
+    const result = promtool(['check', 'rules', file]);
+    expect(result.status, result.output).toBe(0);
+  });
+
+  it('parses every query of the dashboard (as recording rules)', () => {
+    const rules = dashboardQueries().map((q, i) => ({ record: `dashboard:query_${i}`, expr: q.expr }));
+    expect(rules.length).toBeGreaterThan(10);
+    const file = join(dir.path, 'dashboard-queries.yaml');
+    writeFileSync(file, stringify({ groups: [{ name: 'dashboard', rules }] }));
+    const result = promtool(['check', 'rules', file]);
+    expect(result.status, result.output).toBe(0);
+  });
+});
+
+describe('alert rules and dashboard', () => {
+  it('have the alerts the kit documents, each with a runbook link to a heading of docs/replay-runbook.md', () => {
+    expect(alertRules.map((r) => r.alert).sort()).toEqual([
+      'PartnerEventsAbandonedClaims',
+      'PartnerEventsDeadLettered',
+      'PartnerEventsDedupeUnavailable',
+      'PartnerEventsEventAgeHigh',
+      'PartnerEventsNotReady',
+      'PartnerEventsSignatureMismatchRising',
+    ]);
+    const runbook = readFileSync('docs/replay-runbook.md', 'utf8');
+    const anchors = new Set(
+      [...runbook.matchAll(/^#+ (.+)$/gm)].map((m) =>
+        (m[1] ?? '')
+          .toLowerCase()
+          .replace(/[^\p{L}\p{N} -]/gu, '')
+          .replaceAll(' ', '-'),
+      ),
+    );
+    const observability = readFileSync('docs/observability.md', 'utf8');
+    for (const rule of alertRules) {
+      const [file, anchor] = String(rule.annotations?.runbook_url).split('#');
+      expect(file, rule.alert).toBe('docs/replay-runbook.md');
+      expect(anchors, `${rule.alert} → #${anchor}`).toContain(anchor);
+      expect(observability, `docs/observability.md explains ${rule.alert}`).toContain(String(rule.alert));
+    }
+  });
+
+  it('explain every dashboard panel in docs/observability.md', () => {
+    const observability = readFileSync('docs/observability.md', 'utf8');
+    for (const panel of dashboard.panels) {
+      expect(panel.description, panel.title).toBeTruthy();
+      expect(observability, panel.title).toContain(`| ${panel.title} |`);
+    }
+  });
+});
+
+describe('metrics', () => {
+  it('every metric the dashboard and the alerts read is in a live /metrics scrape of `partner-events run`', async () => {
+    const app = await startApp();
+    const run = await startRun(
+      [
+        '--ops-port',
+        '0',
+        '--source',
+        'http://127.0.0.1:0/events',
+        '--forward',
+        app.url,
+        '--dedupe',
+        'memory',
+      ],
+      { env: { PARTNER_EVENTS_DEAD_LETTER: join(dir.path, 'dead.jsonl') } },
+    );
+    try {
+      // Some traffic, so that labelled series have samples too.
+      expect(
+        (await postEnvelope(run.ingress, createTestEnvelope('daily.data.steps.created').raw)).status,
+      ).toBe(200);
+      await postEnvelope(run.ingress, forgedEnvelope('daily.data.steps.created').raw);
+      await postEnvelope(run.ingress, '{"not": "an envelope"}');
+      const scrape = await (await fetch(`${run.ops}/metrics`)).text();
+      const exposed = new Map(
+        [...scrape.matchAll(/^# TYPE (\S+) (\S+)$/gm)].map((m) => [m[1] as string, m[2] as string]),
+      );
+      const queries = [
+        ...dashboardQueries(),
+        ...dashboard.templating.list.map((v) => ({ panel: 'variable', expr: JSON.stringify(v.query) })),
+        ...alertRules.map((r) => ({ panel: String(r.alert), expr: r.expr })),
+      ];
+      const used = new Set(queries.flatMap((q) => metricFamilies(q.expr)));
+      expect(used.size).toBeGreaterThan(10);
+      for (const name of used) expect(exposed.has(name), `${name} in /metrics`).toBe(true);
+      // Series read as histograms are histograms.
+      for (const q of queries) {
+        for (const m of q.expr.matchAll(/\b(partner_events_[a-z_]+)_bucket\b/g)) {
+          expect(exposed.get(m[1] as string), q.panel).toBe('histogram');
+        }
+      }
+      expect(scrape).toMatch(/^partner_events_dedupe_available 1$/m);
+      expect(scrape).toMatch(/^partner_events_abandoned_claims_total 0$/m);
+    } finally {
+      await run.stop();
+      await app.close();
+    }
+  });
+
+  it('follow the Prometheus naming conventions: a unit suffix or _total, snake case, one prefix', () => {
+    const names = new ConsumerMetrics().registry
+      .getMetricsAsArray()
+      .map((m) => ({ name: m.name, type: String(m.type) }));
+    for (const { name, type } of names) {
+      expect(name).toMatch(/^partner_events_[a-z]+(_[a-z]+)*$/);
+      if (type === 'counter') expect(name).toMatch(/_total$/);
+      else expect(name).not.toMatch(/_total$/);
+      if (type === 'histogram') expect(name).toMatch(/_seconds$/);
+    }
+  });
+
+  it('counts a claim that finds an earlier one abandoned (its worker died mid-event)', async () => {
+    let now = 1_000_000;
+    const store = createSqliteDedupe({ path: join(dir.path, 'abandoned.db'), now: () => now });
+    const metrics = new ConsumerMetrics();
+    const counted = metrics.countAbandonedClaims(store);
+    const value = async () =>
+      (await metrics.registry.getSingleMetric('partner_events_abandoned_claims_total')?.get())?.values[0]
+        ?.value;
+    try {
+      expect((await counted.claim('evt-1', 1000)).status).toBe('claimed');
+      expect(await value()).toBe(0);
+      now += 5000; // the lease ran out without complete or release
+      const second = await counted.claim('evt-1', 1000);
+      expect(second).toMatchObject({ status: 'claimed', abandoned: 1 });
+      expect(await value()).toBe(1);
+      if (second.status !== 'claimed') throw new Error('not claimed');
+      expect(await counted.complete('evt-1', second.token, 60_000)).toBe(true);
+      expect(await counted.peek('evt-1')).toBe('done');
+      expect(counted.forget).toBeTypeOf('function');
+    } finally {
+      await counted.close();
+    }
+  });
+});
