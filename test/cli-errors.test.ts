@@ -1,4 +1,4 @@
-import { writeFileSync } from 'node:fs';
+import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { runCli } from './support/cli.js';
@@ -70,5 +70,67 @@ describe('errors name their cause', () => {
     expect(result.stderr).toContain(`its directory ${file} must exist`);
     expect(result.stderr).toContain('--dedupe sqlite:PATH');
     expect(result.stderr).toMatch(/cause: E[A-Z]+: /);
+  });
+});
+
+describe('checks at start', () => {
+  it('run: a dead-letter path under a file exits 2 at start, naming the cause', async () => {
+    const file = write('not-a-dir', '');
+    const result = await run(['--forward', 'http://127.0.0.1:9/', '--dead-letter', `${file}/dead.jsonl`]);
+    expect(result.code, result.stderr).toBe(2);
+    expect(result.stderr).toContain(
+      `[CONFIG_INVALID] dead-letter file ${file}/dead.jsonl cannot be written (ENOTDIR)`,
+    );
+    expect(result.stderr).toContain('--dead-letter PATH');
+  });
+
+  it('run: a dead-letter path that is a directory exits 2 at start', async () => {
+    const result = await run(['--forward', 'http://127.0.0.1:9/', '--dead-letter', dir.path]);
+    expect(result.code, result.stderr).toBe(2);
+    expect(result.stderr).toContain(`dead-letter file ${dir.path} cannot be written (EISDIR)`);
+  });
+
+  it('run: a dead-letter file whose folders are missing is fine (they are created on the first record)', async () => {
+    const result = await run([
+      '--forward',
+      'http://127.0.0.1:9/',
+      '--dead-letter',
+      join(dir.path, 'a/b/dead.jsonl'),
+    ]);
+    expect(result.code, result.stderr).toBe(0);
+  });
+
+  // Root may write anywhere: a folder without write permission stops only other users.
+  it.skipIf(process.getuid?.() === 0)(
+    'run: a dead-letter folder without write permission exits 2 (EACCES)',
+    async () => {
+      const folder = join(dir.path, 'locked');
+      mkdirSync(folder, { mode: 0o500 });
+      const result = await run([
+        '--forward',
+        'http://127.0.0.1:9/',
+        '--dead-letter',
+        join(folder, 'dead.jsonl'),
+      ]);
+      expect(result.code, result.stderr).toBe(2);
+      expect(result.stderr).toContain('cannot be written (EACCES)');
+    },
+  );
+
+  it('replay: a --dead-letter path under a file exits 2 before anything is sent', async () => {
+    const file = write('not-a-dir', '');
+    const records = write('dead.jsonl', '');
+    const result = await runCli([
+      'replay',
+      records,
+      '--forward',
+      'http://127.0.0.1:9/',
+      '--dedupe',
+      'memory',
+      '--dead-letter',
+      `${file}/failed.jsonl`,
+    ]);
+    expect(result.code, result.stderr).toBe(2);
+    expect(result.stderr).toContain(`dead-letter file ${file}/failed.jsonl cannot be written (ENOTDIR)`);
   });
 });

@@ -2,6 +2,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import { type ParseArgsConfig, parseArgs } from 'node:util';
 import type { Logger } from 'pino';
+import { checkAppendable } from '../core/durable-append.js';
 import { ConfigError, DedupeUnavailableError, errorMessage, isPartnerEventsError } from '../core/errors.js';
 import { Keyring, readSecretsFile, secretsFromEnv } from '../core/secrets.js';
 import { createMemoryDedupe } from '../dedupe/memory.js';
@@ -97,6 +98,22 @@ function systemCode(error: unknown): string | undefined {
     if (typeof code === 'string' && /^(E[A-Z]+|SQLITE_[A-Z_]+)$/.test(code)) return code;
   }
   return undefined;
+}
+
+/**
+ * Exit 2 at start, naming the system's reason, when dead events could never be written to
+ * `path` (rather than at the first dead event, retried for ever).
+ */
+export async function checkDeadLetterFile(path: string): Promise<void> {
+  try {
+    await checkAppendable(path);
+  } catch (cause) {
+    const code = systemCode(cause);
+    throw new ConfigError(
+      `dead-letter file ${path} cannot be written${code ? ` (${code})` : ''}: choose another path with --dead-letter PATH`,
+      { cause },
+    );
+  }
 }
 
 export function parsePositiveInt(name: string, value: string | undefined, fallback: number): number {

@@ -11,6 +11,7 @@ import type { Keyring } from '../core/secrets.js';
 import type { DedupeStore } from '../dedupe/types.js';
 import { createForwarder, describeUrl, forwardUrlProblem } from '../sidecar/forward.js';
 import {
+  checkDeadLetterFile,
   DEFAULT_DEDUPE,
   loadKeyring,
   openDedupe,
@@ -69,6 +70,7 @@ export async function replayCommand(args: string[]): Promise<number> {
   }
   const options = replayArgs(values, positionals);
   const keyring = loadKeyring(options.secretsFile);
+  if (!options.dryRun) await checkDeadLetterFile(options.deadLetter ?? defaultDeadLetterPath(options.file));
   const logger = createLogger({ level: process.env.LOG_LEVEL ?? 'warn' }, process.stderr);
   // Opened before the store, so a bad --to fails before anything else is touched.
   const target =

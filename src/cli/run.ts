@@ -19,6 +19,7 @@ import { ConsumerMetrics } from '../sidecar/metrics.js';
 import { type OpsServer, startOpsServer } from '../sidecar/ops-server.js';
 import { readiness } from '../sidecar/readiness.js';
 import {
+  checkDeadLetterFile,
   DEFAULT_DEDUPE,
   loadKeyring,
   openDedupe,
@@ -130,6 +131,7 @@ interface Worker {
 async function openWorker(config: SidecarConfig): Promise<Worker> {
   const logger = createLogger(config.logLevel ? { level: config.logLevel } : {});
   const keyring = loadKeyring(config.secretsFile, warnSecretsMode(logger));
+  await checkDeadLetterFile(config.deadLetter);
   const source = await openSource(config, logger);
   const store = await openDedupe(config.dedupe, {
     logger,

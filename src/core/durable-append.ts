@@ -1,6 +1,6 @@
 import { constants } from 'node:fs';
-import { type FileHandle, mkdir, open } from 'node:fs/promises';
-import { dirname } from 'node:path';
+import { access, type FileHandle, mkdir, open, stat } from 'node:fs/promises';
+import { dirname, resolve } from 'node:path';
 import { AdapterError, errorMessage } from './errors.js';
 import { PRIVATE_FILE_MODE } from './private-file.js';
 
@@ -54,6 +54,33 @@ export async function appendLine(path: string, text: string): Promise<void> {
     );
   } finally {
     await file.close().catch(() => undefined);
+  }
+}
+
+/**
+ * Throws the file system's error (EACCES, ENOTDIR, EISDIR, EROFS, …) when `appendLine(path)`
+ * could not open its file: the file exists and cannot be opened as `appendLine` opens it, or it
+ * does not and the nearest existing folder above it (where `appendLine` would create what is
+ * missing) is not a folder this process may write. Creates and changes nothing. For a check at
+ * start, so that a file that can never be written is found before the first record needs it.
+ */
+export async function checkAppendable(path: string): Promise<void> {
+  try {
+    await (await open(path, constants.O_RDWR | constants.O_APPEND)).close();
+    return;
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code !== 'ENOENT') throw error;
+  }
+  for (let folder = dirname(resolve(path)); ; folder = dirname(folder)) {
+    try {
+      if (!(await stat(folder)).isDirectory()) {
+        throw Object.assign(new Error(`ENOTDIR: not a directory, '${folder}'`), { code: 'ENOTDIR' });
+      }
+      await access(folder, constants.W_OK | constants.X_OK);
+      return;
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code !== 'ENOENT' || dirname(folder) === folder) throw error;
+    }
   }
 }
 
