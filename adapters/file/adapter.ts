@@ -8,8 +8,8 @@ import {
   storedRawOfDeadLetter,
   truncatedError,
 } from '../../src/core/dead-letter-record.js';
-import type { Outcome } from '../../src/core/outcome.js';
-import type { RawMessage, SourceAdapter } from '../../src/core/source-adapter.js';
+import type { Outcome, RetryPolicy } from '../../src/core/outcome.js';
+import type { FiniteSourceProgress, RawMessage, SourceAdapter } from '../../src/core/source-adapter.js';
 import { Waker } from '../../src/core/waker.js';
 import { type FileSourceOptions, fileSourceOptionsSchema } from './options.js';
 
@@ -17,6 +17,15 @@ export interface FileMessage extends RawMessage {
   /** 1-based line number in the file. */
   readonly line: number;
 }
+
+/**
+ * The longest retry schedule of a file's messages (`SourceAdapter.retryBound`): 3 deliveries, the
+ * retries after about 1 s and 2 s. A file's bytes never change and its run should end, so a
+ * failure that does not heal within seconds (a forged or unverifiable line, an app that is down)
+ * goes to the dead letters, to be replayed once fixed (`partner-events replay`), instead of
+ * holding the run for a broker-length backoff (10 deliveries over about 10 minutes).
+ */
+export const FILE_RETRY_BOUND: RetryPolicy = { maxAttempts: 3, baseDelayMs: 1000, maxDelayMs: 2000 };
 
 export interface FileSourceStats {
   readonly lines: number;
@@ -35,9 +44,13 @@ export interface FileSourceStats {
 export class FileSource implements SourceAdapter<FileMessage> {
   readonly name: string;
   readonly maxBatchSize = 100;
+  readonly retryBound = FILE_RETRY_BOUND;
   readonly #lines: AsyncIterator<string>;
   readonly #ready: FileMessage[] = [];
-  readonly #delayed = new Set<NodeJS.Timeout>();
+  /** Retries waiting for their delay, with the time each comes due. */
+  readonly #delayed = new Map<NodeJS.Timeout, number>();
+  /** Retries still waiting when the source was closed: never settled for good. */
+  #givenUp = 0;
   readonly #closeStream: () => void;
   #lineNo = 0;
   #eof = false;
@@ -60,6 +73,17 @@ export class FileSource implements SourceAdapter<FileMessage> {
 
   get stats(): FileSourceStats {
     return { lines: this.#lineNo, acked: this.#acked, dead: this.#dead };
+  }
+
+  get progress(): FiniteSourceProgress {
+    let nextRetryAt: number | undefined;
+    for (const dueAt of this.#delayed.values()) {
+      if (nextRetryAt === undefined || dueAt < nextRetryAt) nextRetryAt = dueAt;
+    }
+    if (this.#ready.length > 0) nextRetryAt = Date.now(); // due already, being handed out
+    const pendingRetries = this.#delayed.size + this.#ready.length + this.#givenUp;
+    const done = this.#eof && this.#inFlight === 0 && pendingRetries === 0;
+    return { done, pendingRetries, nextRetryAt };
   }
 
   async receive(max: number, signal: AbortSignal): Promise<readonly FileMessage[] | null> {
@@ -98,7 +122,7 @@ export class FileSource implements SourceAdapter<FileMessage> {
         this.#ready.push({ ...message, attempt: message.attempt + 1 });
         this.#waker.wake();
       }, outcome.delayMs);
-      this.#delayed.add(timer);
+      this.#delayed.set(timer, Date.now() + outcome.delayMs);
       return;
     }
     if (outcome.kind === 'ack') this.#acked++;
@@ -107,8 +131,10 @@ export class FileSource implements SourceAdapter<FileMessage> {
   }
 
   async close(): Promise<void> {
-    for (const timer of this.#delayed) clearTimeout(timer);
+    for (const timer of this.#delayed.keys()) clearTimeout(timer);
+    this.#givenUp += this.#delayed.size + this.#ready.length;
     this.#delayed.clear();
+    this.#ready.length = 0;
     this.#closeStream();
     this.#waker.wake();
   }

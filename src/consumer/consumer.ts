@@ -3,7 +3,7 @@ import { deadLetterRecord } from '../core/dead-letter-record.js';
 import { ConfigError, errorMessage } from '../core/errors.js';
 import type { UnknownEvent } from '../core/events/schemas.js';
 import { createLogger } from '../core/logger.js';
-import { decide } from '../core/outcome.js';
+import { boundRetryPolicy, decide } from '../core/outcome.js';
 import { Keyring, type SigningSecret, secretsFromEnv } from '../core/secrets.js';
 import type { RawMessage, SourceAdapter } from '../core/source-adapter.js';
 import { createMemoryDedupe } from '../dedupe/memory.js';
@@ -81,7 +81,9 @@ export class Consumer<M extends RawMessage = RawMessage> {
 
   constructor(options: ConsumerOptions<M>) {
     const { source, secrets, dedupe, deadLetter, logger, onSettled, now, ...settings } = options;
-    this.settings = parseSettings(settings);
+    const parsed = parseSettings(settings);
+    // A source that cannot wait long (a file) caps the retries: see `SourceAdapter.retryBound`.
+    this.settings = { ...parsed, retry: boundRetryPolicy(parsed.retry, source?.retryBound) };
     this.logger = logger ?? createLogger();
     this.keyring = secrets instanceof Keyring ? secrets : new Keyring(secrets ?? secretsFromEnv());
     this.#dedupe = dedupe ?? this.#memoryDedupe();

@@ -38,6 +38,19 @@ export const DEFAULT_RETRY_POLICY: RetryPolicy = {
   maxDelayMs: 10 * 60_000,
 };
 
+/**
+ * `policy` capped field by field by a source's `retryBound` (the smaller value wins): a file's
+ * short schedule applies whatever longer `retry` the consumer was given, and a shorter one stays.
+ */
+export function boundRetryPolicy(policy: RetryPolicy, bound: RetryPolicy | undefined): RetryPolicy {
+  if (!bound) return policy;
+  return {
+    maxAttempts: Math.min(policy.maxAttempts, bound.maxAttempts),
+    baseDelayMs: Math.min(policy.baseDelayMs, bound.baseDelayMs),
+    maxDelayMs: Math.min(policy.maxDelayMs, bound.maxDelayMs),
+  };
+}
+
 /** The settings `decide` reads (a subset of the consumer's). */
 export interface DecisionPolicy {
   readonly retry: RetryPolicy;

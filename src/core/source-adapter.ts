@@ -1,5 +1,5 @@
 import type { VerificationCode } from './errors.js';
-import type { Outcome } from './outcome.js';
+import type { Outcome, RetryPolicy } from './outcome.js';
 
 /** One message as the broker delivered it. `body` is kept exactly as received, for the HMAC. */
 export interface RawMessage {
@@ -62,7 +62,29 @@ export interface SourceAdapter<M extends RawMessage = RawMessage> {
    * `min(this, ceil(concurrency / maxBatchSize))` pollers.
    */
   readonly maxConcurrentReceives?: number;
+  /**
+   * The longest retry schedule this source's messages may get: each field caps the consumer's
+   * `retry` setting (the smaller value wins). Set by a source whose messages can never change and
+   * whose run should end (a file), so that a failure that will not heal by itself ends in the
+   * dead letters within seconds, not after a broker-length backoff. Brokers leave it out.
+   */
+  readonly retryBound?: RetryPolicy;
+  /**
+   * Set by a finite source that holds its own retries in memory (a file): how far it got. `run`
+   * prints the pending retries from it and exits 1 when such a source ends short of `done`.
+   */
+  readonly progress?: FiniteSourceProgress;
   /** False while the source knows it cannot reach its broker (readiness). Absent means unknown. */
   readonly connected?: boolean;
   close(): Promise<void>;
+}
+
+/** Where a finite source stands (`SourceAdapter.progress`). */
+export interface FiniteSourceProgress {
+  /** Read to its end, and every message settled for good (acked or dead-lettered). */
+  readonly done: boolean;
+  /** Messages given back for a retry, waiting in memory for their delay. */
+  readonly pendingRetries: number;
+  /** When the next of them comes due (ms since the epoch); undefined when none waits. */
+  readonly nextRetryAt: number | undefined;
 }
