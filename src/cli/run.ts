@@ -141,7 +141,9 @@ async function openWorker(config: SidecarConfig): Promise<Worker> {
   let consumer: Consumer | undefined;
   const metrics = new ConsumerMetrics({
     inFlight: () => consumer?.status.inFlight ?? 0,
-    ready: () => consumer !== undefined && readiness(consumer, source, config.ops.stallAfterMs).ready,
+    ready: () =>
+      consumer !== undefined &&
+      readiness(consumer, source, config.ops.stallAfterMs, undefined, forward).ready,
     dedupeAvailable: () => consumer?.status.dedupeAvailable ?? true,
   });
   const dedupe = metrics.countAbandonedClaims(store);
@@ -176,7 +178,7 @@ async function serveOps(worker: Worker, config: SidecarConfig): Promise<OpsServe
       port: config.ops.port,
       registry: worker.metrics.registry,
       alive: () => consumer.status.state !== 'stopped',
-      readiness: () => readiness(consumer, source, config.ops.stallAfterMs).checks,
+      readiness: () => readiness(consumer, source, config.ops.stallAfterMs, undefined, worker.forward).checks,
     });
   } catch (cause) {
     await consumer.stop(); // closes the source and the dedupe store: nothing is left listening

@@ -51,9 +51,18 @@ export interface ForwardOptions {
 /** The forward handler, and the connection pool behind it. */
 export interface Forwarder {
   (event: unknown, context: HandlerContext): Promise<void>;
+  /**
+   * Whether the app is reachable, for `/readyz`: not ok once `FORWARD_UNREACHABLE_AFTER`
+   * forwards in a row got no answer at all (refused, host not found, timed out, reset), with the
+   * last reason; ok again at the next answer, whatever its status (the app is there).
+   */
+  reachability(): { readonly ok: boolean; readonly detail?: string };
   /** Closes the connections to the app. Call it once the consumer has stopped. */
   close(): Promise<void>;
 }
+
+/** Forwards in a row without an answer after which the app counts as unreachable (one failure can be a restart). */
+export const FORWARD_UNREACHABLE_AFTER = 3;
 
 /**
  * A handler that POSTs the signed body exactly as received to the app, with the headers
@@ -78,6 +87,8 @@ export function createForwarder(options: ForwardOptions): Forwarder {
   for (const [name, value] of Object.entries(options.headers ?? {})) baseHeaders[name.toLowerCase()] = value;
   baseHeaders['content-type'] = 'application/json';
 
+  let unanswered = 0;
+  let lastFailure = '';
   const forward = async (_event: unknown, context: HandlerContext): Promise<void> => {
     let answer: HttpPostAnswer;
     try {
@@ -93,8 +104,14 @@ export function createForwarder(options: ForwardOptions): Forwarder {
       });
     } catch (cause) {
       const reason = cause instanceof HttpHandoffFailure ? cause.reason : `failed: ${errorMessage(cause)}`;
+      // An abort is the consumer stopping or the handler's deadline: nothing about the app.
+      if (!context.signal.aborted) {
+        unanswered++;
+        lastFailure = `forward to ${target} ${reason}`;
+      }
       throw new Error(`forward to ${target} ${reason}`, { cause });
     }
+    unanswered = 0;
     const outcome = classifyAnswer(answer.status, answer.headers, options.url);
     if (outcome.kind === 'delivered') return;
     if (outcome.kind === 'redirected') {
@@ -107,5 +124,9 @@ export function createForwarder(options: ForwardOptions): Forwarder {
       throw new RetryLaterError(message, { delayMs: outcome.retryAfterMs });
     throw new Error(message);
   };
-  return Object.assign(forward, { close: () => handoff.close() });
+  const reachability = () =>
+    unanswered < FORWARD_UNREACHABLE_AFTER
+      ? { ok: true }
+      : { ok: false, detail: `${unanswered} forwards in a row got no answer; last: ${lastFailure}` };
+  return Object.assign(forward, { reachability, close: () => handoff.close() });
 }

@@ -1,5 +1,6 @@
 import type { Consumer } from '../consumer/consumer.js';
 import type { SourceAdapter } from '../core/source-adapter.js';
+import type { Forwarder } from './forward.js';
 import type { ReadinessCheck } from './ops-server.js';
 
 export interface Readiness {
@@ -9,6 +10,8 @@ export interface Readiness {
     readonly dedupe: ReadinessCheck;
     readonly secrets: ReadinessCheck;
     readonly poller: ReadinessCheck;
+    /** With `--forward`: the app answers (see `Forwarder.reachability`). */
+    readonly forward?: ReadinessCheck;
   };
 }
 
@@ -16,12 +19,14 @@ export interface Readiness {
  * What /readyz reports: the source reachable (its last receive did not fail), the dedupe store
  * reachable, at least one signing secret active, and the poll loop running and not hung — a
  * receive still pending `stallAfterMs` past the longest wait its source declares is a stall.
+ * With a `forward`er, the app reachable too (its last forwards did not all go unanswered).
  */
 export function readiness(
   consumer: Pick<Consumer, 'status' | 'keyring'>,
   source: Pick<SourceAdapter, 'connected' | 'maxReceiveWaitMs'>,
   stallAfterMs: number,
   now: number = Date.now(),
+  forward?: Pick<Forwarder, 'reachability'>,
 ): Readiness {
   const status = consumer.status;
   const overdue =
@@ -45,6 +50,7 @@ export function readiness(
               detail: `a receive has been pending ${Math.round(overdue / 1000)}s past its longest wait`,
             }
           : { ok: true },
+    ...(forward ? { forward: forward.reachability() } : {}),
   };
   return { ready: Object.values(checks).every((c) => c.ok), checks };
 }
