@@ -1,9 +1,7 @@
 import {
   type CheckpointStore,
   type CloseReason,
-  EventHubConsumerClient,
-  type EventHubConsumerClientOptions,
-  EventHubProducerClient,
+  type EventHubConsumerClient,
   type EventPosition,
   earliestEventPosition,
   latestEventPosition,
@@ -11,7 +9,6 @@ import {
   parseEventHubConnectionString,
   type ReceivedEventData,
   type Subscription,
-  type TokenCredential,
 } from '@azure/event-hubs';
 import type { Logger } from 'pino';
 import { parseAdapterOptions } from '../../src/core/adapter-options.js';
@@ -21,9 +18,10 @@ import type { Outcome } from '../../src/core/outcome.js';
 import type { RawMessage, SourceAdapter } from '../../src/core/source-adapter.js';
 import { Waker } from '../../src/core/waker.js';
 import { envelopeText } from './body.js';
+import { openConsumerClient, openPoisonHub } from './clients.js';
 import { type EventHubsAdapterOptions, eventHubsAdapterSchema, schemaOptionsOf } from './options.js';
 import { PartitionLane } from './partition-lane.js';
-import { PoisonHub } from './poison-hub.js';
+import type { PoisonHub } from './poison-hub.js';
 import { SqliteCheckpointStore } from './sqlite-checkpoint-store.js';
 
 /** One event of one partition. `id` is `<partitionId>:<sequenceNumber>`. */
@@ -53,6 +51,11 @@ interface Resolved {
  *   every `checkpointEvery` events or `checkpointIntervalMs`, and on close);
  * - retry: retry in place: the same event again after `delayMs`, attempt + 1, before anything
  *   later in its partition; the pipeline turns it into dead after `retry.maxAttempts`.
+ *
+ * long: the SDK's push callbacks (events, close, error), the partition lanes they fill, the
+ * checkpoint flushing and the health they report share one state; the clients (clients.ts), a
+ * partition's order and retries (partition-lane.ts), the poison hub and the checkpoint store
+ * live beside it.
  */
 export class EventHubsAdapter implements SourceAdapter<EventHubsMessage> {
   readonly name: string;
@@ -115,36 +118,15 @@ export class EventHubsAdapter implements SourceAdapter<EventHubsMessage> {
     const lb = options.loadBalancing;
     this.#errorRepeatMs = Math.max(lb?.updateIntervalMs ?? 10_000, this.#options.maxWaitTimeInSeconds * 1000);
     this.#silentAfterMs = Math.max(5000, 3 * this.#options.maxWaitTimeInSeconds * 1000);
-    const clientOptions: EventHubConsumerClientOptions = {
-      ...(this.#ownStore ? { identifier: this.#ownStore.ownerId } : {}),
-      ...options.clientOptions,
-      loadBalancingOptions: {
-        ...options.clientOptions?.loadBalancingOptions,
-        ...(lb?.strategy || this.#ownStore ? { strategy: lb?.strategy ?? 'greedy' } : {}),
-        ...(lb?.updateIntervalMs ? { updateIntervalInMs: lb.updateIntervalMs } : {}),
-        ...(lb?.partitionOwnershipExpirationIntervalMs
-          ? { partitionOwnershipExpirationIntervalInMs: lb.partitionOwnershipExpirationIntervalMs }
-          : {}),
-      },
-    };
     try {
-      this.#client = options.connectionString
-        ? new EventHubConsumerClient(
-            this.consumerGroup,
-            options.connectionString,
-            eventHubName,
-            store,
-            clientOptions,
-          )
-        : new EventHubConsumerClient(
-            this.consumerGroup,
-            options.fullyQualifiedNamespace as string,
-            eventHubName,
-            options.credential as TokenCredential,
-            store,
-            clientOptions,
-          );
-      this.#poison = options.deadLetterQueue ? this.#poisonHub(options, options.deadLetterQueue) : undefined;
+      this.#client = openConsumerClient(options, {
+        eventHubName,
+        consumerGroup: this.consumerGroup,
+        store,
+        ownerId: this.#ownStore?.ownerId,
+      });
+      const hub = options.deadLetterQueue;
+      this.#poison = hub ? openPoisonHub(options, hub, eventHubName, this.#logger) : undefined;
     } catch (cause) {
       this.#ownStore?.close();
       if (cause instanceof ConfigError) throw cause;
@@ -259,22 +241,6 @@ export class EventHubsAdapter implements SourceAdapter<EventHubsMessage> {
     } finally {
       this.#ownStore?.close();
     }
-  }
-
-  #poisonHub(options: EventHubsAdapterOptions, hub: string | EventHubProducerClient): PoisonHub {
-    const logger = this.#logger;
-    if (typeof hub !== 'string') return new PoisonHub(hub, logger);
-    if (hub === this.eventHubName) {
-      throw new ConfigError(`deadLetterQueue "${hub}" is the hub being read: dead events would come back`);
-    }
-    const producer = options.connectionString
-      ? new EventHubProducerClient(withoutEntityPath(options.connectionString), hub)
-      : new EventHubProducerClient(
-          options.fullyQualifiedNamespace as string,
-          hub,
-          options.credential as TokenCredential,
-        );
-    return new PoisonHub(producer, logger);
   }
 
   #subscribe(): void {
@@ -402,14 +368,6 @@ export class EventHubsAdapter implements SourceAdapter<EventHubsMessage> {
     if (this.#poison) this.#eventOf.set(message, event);
     return message;
   }
-}
-
-/** A namespace-level connection string: the poison hub is named separately. */
-function withoutEntityPath(connectionString: string): string {
-  return connectionString
-    .split(';')
-    .filter((part) => !/^\s*EntityPath\s*=/i.test(part))
-    .join(';');
 }
 
 export function createEventHubsAdapter(options: EventHubsAdapterOptions): EventHubsAdapter {

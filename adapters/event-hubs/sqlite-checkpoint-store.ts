@@ -24,6 +24,57 @@ interface CheckpointRow {
   offset: string;
 }
 
+const SCHEMA = `
+  CREATE TABLE IF NOT EXISTS eh_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
+  CREATE TABLE IF NOT EXISTS eh_ownership (
+    namespace        TEXT NOT NULL,
+    event_hub        TEXT NOT NULL,
+    consumer_group   TEXT NOT NULL,
+    partition_id     TEXT NOT NULL,
+    owner_id         TEXT NOT NULL,
+    etag             TEXT NOT NULL,
+    last_modified_ms INTEGER NOT NULL,
+    PRIMARY KEY (namespace, event_hub, consumer_group, partition_id)
+  ) WITHOUT ROWID;
+  CREATE TABLE IF NOT EXISTS eh_checkpoint (
+    namespace       TEXT NOT NULL,
+    event_hub       TEXT NOT NULL,
+    consumer_group  TEXT NOT NULL,
+    partition_id    TEXT NOT NULL,
+    sequence_number INTEGER NOT NULL,
+    offset          TEXT NOT NULL,
+    updated_at_ms   INTEGER NOT NULL,
+    PRIMARY KEY (namespace, event_hub, consumer_group, partition_id)
+  ) WITHOUT ROWID;
+`;
+
+type Statements = ReturnType<typeof prepareStatements>;
+
+function prepareStatements(db: Database.Database) {
+  const key = 'namespace = ? AND event_hub = ? AND consumer_group = ?';
+  return {
+    listOwnership: db.prepare<[string, string, string], OwnershipRow>(
+      `SELECT partition_id, owner_id, etag, last_modified_ms FROM eh_ownership WHERE ${key}`,
+    ),
+    getEtag: db.prepare<[string, string, string, string], { etag: string }>(
+      `SELECT etag FROM eh_ownership WHERE ${key} AND partition_id = ?`,
+    ),
+    upsertOwnership: db.prepare(`
+      INSERT INTO eh_ownership VALUES (?, ?, ?, ?, ?, ?, ?)
+      ON CONFLICT DO UPDATE SET owner_id = excluded.owner_id, etag = excluded.etag,
+        last_modified_ms = excluded.last_modified_ms`),
+    listCheckpoints: db.prepare<[string, string, string], CheckpointRow>(
+      `SELECT partition_id, sequence_number, offset FROM eh_checkpoint WHERE ${key}`,
+    ),
+    upsertCheckpoint: db.prepare(`
+      INSERT INTO eh_checkpoint VALUES (?, ?, ?, ?, ?, ?, ?)
+      ON CONFLICT DO UPDATE SET sequence_number = excluded.sequence_number,
+        offset = excluded.offset, updated_at_ms = excluded.updated_at_ms`),
+    getMeta: db.prepare<[string], { value: string }>('SELECT value FROM eh_meta WHERE key = ?'),
+    putMeta: db.prepare('INSERT OR IGNORE INTO eh_meta (key, value) VALUES (?, ?)'),
+  };
+}
+
 /**
  * The SDK's `CheckpointStore` on one SQLite file (better-sqlite3, WAL): checkpoints and partition
  * ownership, for a single instance (the default) or a few processes on one host sharing the
@@ -36,7 +87,7 @@ interface CheckpointRow {
 export class SqliteCheckpointStore implements CheckpointStore {
   readonly path: string;
   readonly #db: Database.Database;
-  readonly #stmt;
+  readonly #stmt: Statements;
   readonly #claim: Database.Transaction<(requests: readonly PartitionOwnership[]) => PartitionOwnership[]>;
   #ownerId: string | undefined;
   #closed = false;
@@ -51,81 +102,42 @@ export class SqliteCheckpointStore implements CheckpointStore {
       this.#db.pragma('journal_mode = WAL');
       // A checkpoint lost to a power cut only means events after the previous one are redelivered.
       this.#db.pragma('synchronous = NORMAL');
-      this.#db.exec(`
-        CREATE TABLE IF NOT EXISTS eh_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
-        CREATE TABLE IF NOT EXISTS eh_ownership (
-          namespace        TEXT NOT NULL,
-          event_hub        TEXT NOT NULL,
-          consumer_group   TEXT NOT NULL,
-          partition_id     TEXT NOT NULL,
-          owner_id         TEXT NOT NULL,
-          etag             TEXT NOT NULL,
-          last_modified_ms INTEGER NOT NULL,
-          PRIMARY KEY (namespace, event_hub, consumer_group, partition_id)
-        ) WITHOUT ROWID;
-        CREATE TABLE IF NOT EXISTS eh_checkpoint (
-          namespace       TEXT NOT NULL,
-          event_hub       TEXT NOT NULL,
-          consumer_group  TEXT NOT NULL,
-          partition_id    TEXT NOT NULL,
-          sequence_number INTEGER NOT NULL,
-          offset          TEXT NOT NULL,
-          updated_at_ms   INTEGER NOT NULL,
-          PRIMARY KEY (namespace, event_hub, consumer_group, partition_id)
-        ) WITHOUT ROWID;
-      `);
+      this.#db.exec(SCHEMA);
     } catch (cause) {
       throw new AdapterError(`cannot open SQLite checkpoint store at ${options.path}`, { cause });
     }
-    const db = this.#db;
-    const key = 'namespace = ? AND event_hub = ? AND consumer_group = ?';
-    this.#stmt = {
-      listOwnership: db.prepare<[string, string, string], OwnershipRow>(
-        `SELECT partition_id, owner_id, etag, last_modified_ms FROM eh_ownership WHERE ${key}`,
-      ),
-      getEtag: db.prepare<[string, string, string, string], { etag: string }>(
-        `SELECT etag FROM eh_ownership WHERE ${key} AND partition_id = ?`,
-      ),
-      upsertOwnership: db.prepare(`
-        INSERT INTO eh_ownership VALUES (?, ?, ?, ?, ?, ?, ?)
-        ON CONFLICT DO UPDATE SET owner_id = excluded.owner_id, etag = excluded.etag,
-          last_modified_ms = excluded.last_modified_ms`),
-      listCheckpoints: db.prepare<[string, string, string], CheckpointRow>(
-        `SELECT partition_id, sequence_number, offset FROM eh_checkpoint WHERE ${key}`,
-      ),
-      upsertCheckpoint: db.prepare(`
-        INSERT INTO eh_checkpoint VALUES (?, ?, ?, ?, ?, ?, ?)
-        ON CONFLICT DO UPDATE SET sequence_number = excluded.sequence_number,
-          offset = excluded.offset, updated_at_ms = excluded.updated_at_ms`),
-      getMeta: db.prepare<[string], { value: string }>('SELECT value FROM eh_meta WHERE key = ?'),
-      putMeta: db.prepare('INSERT OR IGNORE INTO eh_meta (key, value) VALUES (?, ?)'),
-    };
-    this.#claim = db.transaction((requests: readonly PartitionOwnership[]) => {
-      const claimed: PartitionOwnership[] = [];
-      const now = Date.now();
-      for (const r of requests) {
-        const current = this.#stmt.getEtag.get(
-          r.fullyQualifiedNamespace,
-          r.eventHubName,
-          r.consumerGroup,
-          r.partitionId,
-        );
-        // Compare-and-swap: a claim based on a stale view of the ownership loses.
-        if (current && current.etag !== r.etag) continue;
-        const etag = randomUUID();
-        this.#stmt.upsertOwnership.run(
-          r.fullyQualifiedNamespace,
-          r.eventHubName,
-          r.consumerGroup,
-          r.partitionId,
-          r.ownerId,
-          etag,
-          now,
-        );
-        claimed.push({ ...r, etag, lastModifiedTimeInMs: now });
-      }
-      return claimed;
-    });
+    this.#stmt = prepareStatements(this.#db);
+    this.#claim = this.#db.transaction((requests: readonly PartitionOwnership[]) =>
+      this.#claimEach(requests),
+    );
+  }
+
+  /** Compare-and-swap per partition: a claim based on a stale view of the ownership loses. */
+  #claimEach(requests: readonly PartitionOwnership[]): PartitionOwnership[] {
+    const claimed: PartitionOwnership[] = [];
+    const now = Date.now();
+    for (const r of requests) {
+      const current = this.#stmt.getEtag.get(
+        r.fullyQualifiedNamespace,
+        r.eventHubName,
+        r.consumerGroup,
+        r.partitionId,
+      );
+      // Compare-and-swap: a claim based on a stale view of the ownership loses.
+      if (current && current.etag !== r.etag) continue;
+      const etag = randomUUID();
+      this.#stmt.upsertOwnership.run(
+        r.fullyQualifiedNamespace,
+        r.eventHubName,
+        r.consumerGroup,
+        r.partitionId,
+        r.ownerId,
+        etag,
+        now,
+      );
+      claimed.push({ ...r, etag, lastModifiedTimeInMs: now });
+    }
+    return claimed;
   }
 
   /** An owner id kept in the file, so a restarted single instance is recognised as the owner. */

@@ -24,6 +24,9 @@ export interface HttpMessage extends RawMessage {
  * bounded for any number of senders: bodies being received or waiting share `maxBufferedBytes`
  * (beyond: 503 BUSY), and a body that takes longer than `bodyTimeoutMs` gets 408. HTTP has no
  * broker enqueue time, so age is measured against the clock at receipt.
+ *
+ * long: the byte and request bounds are one budget shared by every request being read and every
+ * body waiting for the worker; the answers that spend and release it are kept next to it.
  */
 export class HttpIngressSource implements SourceAdapter<HttpMessage> {
   readonly name: string;
@@ -135,26 +138,43 @@ export class HttpIngressSource implements SourceAdapter<HttpMessage> {
   }
 
   #accept(req: IncomingMessage, res: ServerResponse): void {
+    if (this.#refused(req, res)) return;
+    const declared = Number(req.headers['content-length'] ?? 0);
+    if (declared > this.#maxBodyBytes) return void this.#tooLarge(req, res, declared);
+    this.#readBody(req, res, declared);
+  }
+
+  /** Answers a request that cannot be taken (wrong path or method, stopping, queue full): true. */
+  #refused(req: IncomingMessage, res: ServerResponse): boolean {
     const path = (req.url ?? '/').split('?')[0];
-    if (path !== this.#path) return void reply(res, 404, { error: `POST envelopes to ${this.#path}` });
+    if (path !== this.#path) {
+      reply(res, 404, { error: `POST envelopes to ${this.#path}` });
+      return true;
+    }
     if (req.method !== 'POST') {
       res.setHeader('allow', 'POST');
-      return void reply(res, 405, { error: 'method not allowed' });
+      reply(res, 405, { error: 'method not allowed' });
+      return true;
     }
     if (this.#closed) {
       res.setHeader('retry-after', '5');
-      return void reply(res, 503, { outcome: 'retry', code: 'SHUTDOWN', reason: 'stopping: retry' });
+      reply(res, 503, { outcome: 'retry', code: 'SHUTDOWN', reason: 'stopping: retry' });
+      return true;
     }
     if (this.#pending.length >= this.#maxPending) {
       res.setHeader('retry-after', '1');
-      return void reply(res, 503, {
+      reply(res, 503, {
         outcome: 'retry',
         code: 'BUSY',
         reason: `${this.#maxPending} requests already waiting: retry`,
       });
+      return true;
     }
-    const declared = Number(req.headers['content-length'] ?? 0);
-    if (declared > this.#maxBodyBytes) return void this.#tooLarge(req, res, declared);
+    return false;
+  }
+
+  /** Reads a body within the byte and time bounds, then queues it for the worker. */
+  #readBody(req: IncomingMessage, res: ServerResponse, declared: number): void {
     const chunks: Buffer[] = [];
     let size = 0;
     // Every byte held is counted in #bufferedBytes until the worker takes the body, or until the

@@ -49,6 +49,10 @@ const CLOSE_GRACE_MS = 1000;
  * (acks of concurrent handlers gathered for a few ms), retry → visibility set to the delay,
  * dead → optional DLQ `SendMessage`, then delete. A heartbeat keeps a message invisible while its
  * handler runs.
+ *
+ * long: each private method is one SQS call (batch and single forms) with its own error mapping,
+ * all on the same client, queue URL and close state; the batching (batcher.ts), retries
+ * (retry.ts), options and URL parsing already live beside it.
  */
 export class SqsAdapter implements SourceAdapter<SqsMessage> {
   readonly name: string;

@@ -52,6 +52,10 @@ const POISON_TTL_NEVER = -1;
  *
  * Outcomes: ack → delete; retry → stay invisible for the delay (updateMessage); dead → copy of the
  * original text to the poison queue, then delete. Every call uses the message's newest popReceipt.
+ *
+ * long: the popReceipt of each message changes with every call, so receive, settle, heartbeat
+ * and the poison copy share one map of receipts and one connection; the address parsing and
+ * options live beside it (queue-address.ts, options.ts).
  */
 export class StorageQueueAdapter implements SourceAdapter<StorageQueueMessage> {
   readonly name: string;
