@@ -15,6 +15,7 @@ export const SUBPATHS = {
   './storage-queue': { source: 'adapters/storage-queue/index.ts', dist: 'adapters/storage-queue' },
   './event-hubs': { source: 'adapters/event-hubs/index.ts', dist: 'adapters/event-hubs' },
   './redis': { source: 'src/dedupe/redis.ts', dist: 'dedupe/redis' },
+  './lambda': { source: 'src/serverless/lambda.ts', dist: 'serverless/lambda' },
 } as const satisfies Record<string, { readonly source: string; readonly dist: string }>;
 
 export const PACKAGE_NAME = 'partner-health-events';

@@ -14,6 +14,7 @@ export default defineConfig([
       '@azure/event-hubs',
       '@azure/eventhubs-checkpointstore-blob',
       '@azure/storage-blob',
+      '@azure/functions',
     ],
     format: ['esm', 'cjs'],
     // import.meta.url in the CommonJS build (src/core/sqlite-driver.ts loads better-sqlite3 with createRequire).

@@ -74,6 +74,7 @@ export {
   createSqliteDedupe,
   DEFAULT_LEASE_MS,
   DEFAULT_RETENTION_MS,
+  type DedupePersistence,
   type DedupeState,
   type DedupeStore,
   type MemoryDedupeOptions,

@@ -13,6 +13,9 @@ const MAY_IMPORT: Readonly<Record<string, readonly string[]>> = {
   'src/consumer': ['src/consumer', 'src/dedupe', 'src/core'],
   'src/sidecar': ['src/sidecar', 'src/transports.ts', 'src/consumer', 'src/dedupe', 'src/core'],
   'src/cli': ['src/cli', 'src/transports.ts', 'src/sidecar', 'src/consumer', 'src/dedupe', 'src/core'],
+  // The serverless wrappers (the ./lambda and ./azure-functions subpaths) sit on the library and
+  // reuse an adapter's sender for a dead-letter queue or poison copy.
+  'src/serverless': ['src/serverless', 'adapters', 'src/consumer', 'src/dedupe', 'src/core'],
   adapters: ['adapters', 'src/core'],
   // The registry: one descriptor (adapters/<name>/cli.ts) per transport, which loads its adapter
   // only when opened.

@@ -5,11 +5,9 @@ import {
   ChangeMessageVisibilityCommand,
   DeleteMessageBatchCommand,
   DeleteMessageCommand,
-  type MessageAttributeValue,
   type MessageSystemAttributeName,
   ReceiveMessageCommand,
   type ReceiveMessageCommandOutput,
-  SendMessageCommand,
   SQSClient,
 } from '@aws-sdk/client-sqs';
 import type { Logger } from 'pino';
@@ -20,6 +18,7 @@ import { silentLogger } from '../../src/core/logger.js';
 import { NOT_HANDLED, type Outcome } from '../../src/core/outcome.js';
 import type { SourceAdapter } from '../../src/core/source-adapter.js';
 import { Batcher, type EntryResults } from './batcher.js';
+import { sendToDeadLetterQueue } from './dead-letter-queue.js';
 import { BatchEntryError, isNotInFlight, isRetryableFailure, sqsFailure } from './errors.js';
 import { type SqsMessage, toSqsMessage } from './message.js';
 import {
@@ -31,7 +30,6 @@ import {
   type SqsAdapterOptions,
   type sqsOptionsSchema,
 } from './options.js';
-import { withAttempts } from './retry.js';
 import { cliClientConfig, queueUrlOfSpec } from './url.js';
 
 interface VisibilityChange {
@@ -149,7 +147,11 @@ export class SqsAdapter implements SourceAdapter<SqsMessage> {
         return this.#makeVisibleIn(message, outcome.delayMs);
       case 'dead':
         if (this.#options.deadLetterQueue) {
-          await this.#sendToDeadLetterQueue(this.#options.deadLetterQueue, message, outcome);
+          await sendToDeadLetterQueue(this.client, this.#options.deadLetterQueue, message, outcome, {
+            source: this.name,
+            attempts: this.#options.settleAttempts,
+            logger: this.#logger,
+          });
         }
         return this.#deletes.add(message.receiptHandle);
     }
@@ -235,53 +237,6 @@ export class SqsAdapter implements SourceAdapter<SqsMessage> {
         'retry: message was no longer in flight',
       );
     }
-  }
-
-  async #sendToDeadLetterQueue(
-    queueUrl: string,
-    message: SqsMessage,
-    outcome: Outcome & { kind: 'dead' },
-  ): Promise<void> {
-    const attributes: Record<string, MessageAttributeValue> = {
-      partner_events_code: text(outcome.code),
-      partner_events_reason: text(outcome.reason.slice(0, 1024)),
-      partner_events_source: text(this.name),
-      partner_events_message_id: text(message.id),
-      partner_events_attempts: number(message.attempt),
-      partner_events_dead_lettered_at: text(new Date().toISOString()),
-    };
-    if (message.enqueuedAt !== undefined)
-      attributes.partner_events_sent_timestamp = number(message.enqueuedAt);
-    const fifo = isFifoQueue(queueUrl)
-      ? {
-          MessageGroupId: message.messageGroupId ?? 'partner-events-dead-letters',
-          // The same message sent twice (a retried send) lands once.
-          MessageDeduplicationId: message.id.slice(0, 128),
-        }
-      : {};
-    await withAttempts(
-      this.#options.settleAttempts,
-      isRetryableFailure,
-      async () => {
-        try {
-          await this.client.send(
-            new SendMessageCommand({
-              QueueUrl: queueUrl,
-              MessageBody: message.body,
-              MessageAttributes: attributes,
-              ...fifo,
-            }),
-          );
-        } catch (error) {
-          throw sqsFailure('SendMessage (dead-letter queue)', queueNameOf(queueUrl), error);
-        }
-      },
-      (error, attempt) =>
-        this.#logger.warn(
-          { source: this.name, err: errorMessage(error), attempt },
-          'dead-letter queue send failed: retrying',
-        ),
-    );
   }
 
   async #deleteBatch(handles: readonly string[]): Promise<EntryResults> {
@@ -387,14 +342,6 @@ function untilAborted<T>(promise: Promise<T>, signal: AbortSignal): Promise<T | 
       },
     );
   });
-}
-
-function text(value: string): MessageAttributeValue {
-  return { DataType: 'String', StringValue: value === '' ? '-' : value };
-}
-
-function number(value: number): MessageAttributeValue {
-  return { DataType: 'Number', StringValue: String(value) };
 }
 
 export function createSqsAdapter(options: SqsAdapterOptions): SqsAdapter {

@@ -3,7 +3,7 @@ import { deadLetterRecord } from '../core/dead-letter-record.js';
 import { ConfigError, errorMessage } from '../core/errors.js';
 import type { UnknownEvent } from '../core/events/schemas.js';
 import { createLogger } from '../core/logger.js';
-import { boundRetryPolicy, decide } from '../core/outcome.js';
+import { boundRetryPolicy, type DeadOutcome, decide } from '../core/outcome.js';
 import { Keyring, type SigningSecret, secretsFromEnv } from '../core/secrets.js';
 import type { RawMessage, SourceAdapter } from '../core/source-adapter.js';
 import { createMemoryDedupe } from '../dedupe/memory.js';
@@ -147,27 +147,43 @@ export class Consumer<M extends RawMessage = RawMessage> {
   async process(message: M, signal?: AbortSignal): Promise<ProcessResult> {
     const result = await this.#pipeline.process(message, signal);
     if (result.outcome.kind !== 'dead') return result;
-    const { outcome } = result;
     try {
-      const facts = {
-        code: outcome.code,
-        reason: outcome.reason,
-        eventId: result.eventId,
-        eventType: result.eventType,
-      };
-      const record = deadLetterRecord(message, facts, this.#source?.name ?? 'library', new Date(), {
-        maxUnverifiedBytes: this.settings.deadLetterMaxUnverifiedBytes,
-      });
-      await this.#deadLetter.write(record);
+      await this.deadLetter(message, result.outcome, result);
       return result;
     } catch (error) {
       this.logger.error(
         { err: errorMessage(error), message_id: message.id },
         'dead-letter write failed: will retry',
       );
-      const decision = decide({ kind: 'dead-letter-failed', dead: outcome }, message.attempt, this.settings);
+      const decision = decide(
+        { kind: 'dead-letter-failed', dead: result.outcome },
+        message.attempt,
+        this.settings,
+      );
       return { ...result, outcome: decision.outcome };
     }
+  }
+
+  /**
+   * Writes the dead-letter record of `message` to the consumer's sink; throws when the write
+   * fails. `process()` calls it for every dead outcome; a serverless wrapper calls it for a
+   * message it gives up on itself (its invocation's time ran out with the message still failing).
+   */
+  async deadLetter(
+    message: M,
+    dead: DeadOutcome,
+    ids: { readonly eventId?: string | undefined; readonly eventType?: string | undefined } = {},
+  ): Promise<void> {
+    const facts = { code: dead.code, reason: dead.reason, eventId: ids.eventId, eventType: ids.eventType };
+    const record = deadLetterRecord(message, facts, this.#source?.name ?? 'library', new Date(), {
+      maxUnverifiedBytes: this.settings.deadLetterMaxUnverifiedBytes,
+    });
+    await this.#deadLetter.write(record);
+  }
+
+  /** The dedupe store the pipeline claims events in (a serverless wrapper checks it outlives the process). */
+  get dedupeStore(): DedupeStore {
+    return this.#dedupe;
   }
 
   /** Starts receiving. Resolves once the loop runs; use `stopped` to wait for the end. */

@@ -4,6 +4,7 @@ export {
   type ClaimResult,
   DEFAULT_LEASE_MS,
   DEFAULT_RETENTION_MS,
+  type DedupePersistence,
   type DedupeState,
   type DedupeStore,
   PUBLISHER_RETRY_WINDOW_MS,

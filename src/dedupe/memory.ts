@@ -19,6 +19,7 @@ export interface MemoryDedupeOptions {
  * state on restart. Expired entries are swept lazily.
  */
 export class MemoryDedupeStore implements DedupeStore {
+  readonly persistence = { kind: 'process' } as const;
   readonly #entries = new Map<string, Entry>();
   readonly #now: () => number;
   #sweepAt = 0;

@@ -98,6 +98,7 @@ export const FAIL_FAST_OPTIONS = {
  * `available` turns false and the outage is logged once. Concurrent calls are pipelined.
  */
 export class RedisDedupeStore implements DedupeStore {
+  readonly persistence = { kind: 'server' } as const;
   readonly #redis: Redis & DedupeCommands;
   readonly #ownsClient: boolean;
   readonly #prefix: string;

@@ -30,6 +30,7 @@ let storeCounter = 0;
  * of one per message) and safe across processes (the write lock is taken up front).
  */
 export class SqliteDedupeStore implements DedupeStore {
+  readonly persistence: { readonly kind: 'file'; readonly path: string };
   readonly #db: Database.Database;
   readonly #now: () => number;
   readonly #tokenPrefix = `${process.pid}.${++storeCounter}.${Date.now().toString(36)}.`;
@@ -43,6 +44,7 @@ export class SqliteDedupeStore implements DedupeStore {
 
   constructor(options: SqliteDedupeOptions) {
     this.#now = options.now ?? Date.now;
+    this.persistence = { kind: 'file', path: options.path };
     this.#db = openDatabase(options);
     this.#stmt = prepareStatements(this.#db);
     this.#runBatch = this.#db.transaction((ops: PendingOp[], results: unknown[]) => {

@@ -44,8 +44,19 @@ export interface DedupeStore {
   forget?(eventId: string): Promise<boolean>;
   /** False while the store is known to be unreachable (readiness checks). Absent means always. */
   readonly available?: boolean;
+  /**
+   * Where the state lives, for callers that must know whether it outlives this process (a
+   * serverless wrapper refuses a store lost at the next cold start). Absent means unknown.
+   */
+  readonly persistence?: DedupePersistence;
   close(): Promise<void>;
 }
+
+/** `process`: lost when the process ends (memory); `file`: a database file; `server`: a shared server (Redis). */
+export type DedupePersistence =
+  | { readonly kind: 'process' }
+  | { readonly kind: 'file'; readonly path: string }
+  | { readonly kind: 'server' };
 
 /**
  * How long a store remembers a claim that was abandoned (its lease expired without complete or
