@@ -1,5 +1,5 @@
 import type { Logger } from 'pino';
-import { deadLetterRecord } from '../core/dead-letter-record.js';
+import { type DeadLetterRecord, deadLetterRecord } from '../core/dead-letter-record.js';
 import { ConfigError, errorMessage } from '../core/errors.js';
 import type { UnknownEvent } from '../core/events/schemas.js';
 import { createLogger } from '../core/logger.js';
@@ -38,6 +38,12 @@ export interface SettledReport<M extends RawMessage = RawMessage> extends Proces
   readonly message: M;
 }
 
+/** The ids of a verified event, for its dead-letter record. */
+export interface DeadLetterIds {
+  readonly eventId?: string | undefined;
+  readonly eventType?: string | undefined;
+}
+
 export type ConsumerState = 'idle' | 'running' | 'stopping' | 'stopped';
 
 export interface ConsumerStatus {
@@ -67,7 +73,8 @@ export class Consumer<M extends RawMessage = RawMessage> {
   readonly keyring: Keyring;
   readonly logger: Logger;
   readonly #router = new Router();
-  readonly #dedupe: DedupeStore;
+  /** The dedupe store (a serverless wrapper checks that it outlives the instance). */
+  readonly dedupeStore: DedupeStore;
   readonly #storeHealth: StoreHealth;
   readonly #deadLetter: DeadLetterSink;
   readonly #source: SourceAdapter<M> | undefined;
@@ -86,8 +93,8 @@ export class Consumer<M extends RawMessage = RawMessage> {
     this.settings = { ...parsed, retry: boundRetryPolicy(parsed.retry, source?.retryBound) };
     this.logger = logger ?? createLogger();
     this.keyring = secrets instanceof Keyring ? secrets : new Keyring(secrets ?? secretsFromEnv());
-    this.#dedupe = dedupe ?? this.#memoryDedupe();
-    this.#storeHealth = new StoreHealth(this.#dedupe, this.logger);
+    this.dedupeStore = dedupe ?? this.#memoryDedupe();
+    this.#storeHealth = new StoreHealth(this.dedupeStore, this.logger);
     this.#deadLetter =
       typeof deadLetter === 'object'
         ? deadLetter
@@ -107,7 +114,7 @@ export class Consumer<M extends RawMessage = RawMessage> {
     this.#settledLog = new SettledLog(this.logger);
     this.#pipeline = new Pipeline(this.settings, {
       keyring: this.keyring,
-      dedupe: this.#dedupe,
+      dedupe: this.dedupeStore,
       router: this.#router,
       logger: this.logger,
       ...(now ? { now } : {}),
@@ -155,35 +162,18 @@ export class Consumer<M extends RawMessage = RawMessage> {
         { err: errorMessage(error), message_id: message.id },
         'dead-letter write failed: will retry',
       );
-      const decision = decide(
-        { kind: 'dead-letter-failed', dead: result.outcome },
-        message.attempt,
-        this.settings,
-      );
-      return { ...result, outcome: decision.outcome };
+      const failed = { kind: 'dead-letter-failed', dead: result.outcome } as const;
+      return { ...result, outcome: decide(failed, message.attempt, this.settings).outcome };
     }
   }
 
   /**
-   * Writes the dead-letter record of `message` to the consumer's sink; throws when the write
-   * fails. `process()` calls it for every dead outcome; a serverless wrapper calls it for a
-   * message it gives up on itself (its invocation's time ran out with the message still failing).
+   * Writes the dead-letter record of `message` to the sink (throws when that fails): for every
+   * dead outcome of `process()`, and for a message a serverless wrapper gives up on itself.
    */
-  async deadLetter(
-    message: M,
-    dead: DeadOutcome,
-    ids: { readonly eventId?: string | undefined; readonly eventType?: string | undefined } = {},
-  ): Promise<void> {
-    const facts = { code: dead.code, reason: dead.reason, eventId: ids.eventId, eventType: ids.eventType };
-    const record = deadLetterRecord(message, facts, this.#source?.name ?? 'library', new Date(), {
-      maxUnverifiedBytes: this.settings.deadLetterMaxUnverifiedBytes,
-    });
-    await this.#deadLetter.write(record);
-  }
-
-  /** The dedupe store the pipeline claims events in (a serverless wrapper checks it outlives the process). */
-  get dedupeStore(): DedupeStore {
-    return this.#dedupe;
+  deadLetter(message: M, dead: DeadOutcome, ids: DeadLetterIds = {}): Promise<void> {
+    const source = this.#source?.name ?? 'library';
+    return this.#deadLetter.write(recordOf(message, dead, ids, source, this.settings));
   }
 
   /** Starts receiving. Resolves once the loop runs; use `stopped` to wait for the end. */
@@ -276,13 +266,26 @@ export class Consumer<M extends RawMessage = RawMessage> {
   }
 
   async #closeAll(): Promise<void> {
-    const closers: Promise<void>[] = [this.#dedupe.close(), this.#deadLetter.close()];
+    const closers: Promise<void>[] = [this.dedupeStore.close(), this.#deadLetter.close()];
     if (this.#source) closers.push(this.#source.close());
     const results = await Promise.allSettled(closers);
     for (const r of results) {
       if (r.status === 'rejected') this.logger.warn({ err: errorMessage(r.reason) }, 'close failed');
     }
   }
+}
+
+/** The dead-letter record of `message`, dead with `dead`. */
+function recordOf(
+  message: RawMessage,
+  dead: DeadOutcome,
+  ids: DeadLetterIds,
+  source: string,
+  settings: ConsumerSettings,
+): DeadLetterRecord {
+  const facts = { code: dead.code, reason: dead.reason, eventId: ids.eventId, eventType: ids.eventType };
+  const limits = { maxUnverifiedBytes: settings.deadLetterMaxUnverifiedBytes };
+  return deadLetterRecord(message, facts, source, new Date(), limits);
 }
 
 export function createConsumer<M extends RawMessage = RawMessage>(options: ConsumerOptions<M>): Consumer<M> {
