@@ -32,12 +32,10 @@ const PACKAGE_HOMES: Readonly<Record<string, readonly string[]>> = {
 /**
  * Imports of adapters/ from src/ outside the transport registry (src/transports.ts, the one way
  * in), each for a reason written at the import: the in-process memory queue of the demo and of
- * `./testing`, and the file adapter as the reader of the kit's own JSONL files in `replay`. None
- * loads an SDK. This list may only shrink.
+ * `./testing`. None loads an SDK. This list may only shrink.
  */
 const ADAPTER_IMPORTS_OUTSIDE_REGISTRY = new Set([
   'src/cli/demo.ts',
-  'src/cli/replay-source.ts',
   'src/consumer/testing.ts',
 ]);
 

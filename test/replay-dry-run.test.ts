@@ -4,12 +4,15 @@
  * record's fault, so it is not reported as a reject of the record.
  */
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { createFileReplayReader } from '../adapters/file/replay-reader.js';
 import { parseFilter } from '../src/cli/filters.js';
-import { type DryRunOptions, dryRun } from '../src/cli/replay-dry-run.js';
+import { type DryRunOptions, dryRun as dryRunParts } from '../src/cli/replay-dry-run.js';
 import { createTestEnvelope, forgedEnvelope, TEST_SIGNING_SECRET } from '../src/consumer/testing.js';
+import type { Keyring as KeyringType } from '../src/core/secrets.js';
 import { Keyring } from '../src/core/secrets.js';
 import { createMemoryDedupe } from '../src/dedupe/memory.js';
 import { createSqliteDedupe } from '../src/dedupe/sqlite.js';
+import type { DedupeStore } from '../src/dedupe/types.js';
 import { tempDir } from './support/harness.js';
 import { jsonLines, writeJsonl } from './support/records.js';
 
@@ -42,9 +45,8 @@ afterEach(() => {
   dir.cleanup();
 });
 
-function options(file: string, json: boolean): DryRunOptions {
+function options(json: boolean): DryRunOptions {
   return {
-    file,
     forward: undefined,
     to: undefined,
     force: false,
@@ -54,13 +56,19 @@ function options(file: string, json: boolean): DryRunOptions {
   };
 }
 
+/** The dry run of one file, as the CLI opens it; its exit code. */
+async function dryRun(file: string, o: DryRunOptions, keyring: KeyringType, dedupe: DedupeStore) {
+  const reader = createFileReplayReader(file);
+  return (await dryRunParts(o, { reader, keyring, dedupe, source: `file:${file}` })).exitCode;
+}
+
 describe('replay --dry-run when the kit fails on a record', () => {
   const good = createTestEnvelope('daily.data.steps.created');
   const forged = forgedEnvelope('daily.data.steps.created');
 
   it('judges good and forged records with a working keyring and store (a positive control)', async () => {
     const file = writeJsonl(dir.path, 'in.jsonl', [good.raw, forged.raw]);
-    const code = await dryRun(options(file, true), new Keyring(SECRETS), createMemoryDedupe());
+    const code = await dryRun(file, options(true), new Keyring(SECRETS), createMemoryDedupe());
     const lines = jsonLines(out.stdout);
     expect(lines[0]).toMatchObject({ line: 1, event_id: good.eventId, action: 'forward', code: null });
     expect(lines[1]).toMatchObject({ line: 2, action: 'reject', code: 'SIGNATURE_MISMATCH' });
@@ -70,7 +78,7 @@ describe('replay --dry-run when the kit fails on a record', () => {
 
   it('an unexpected exception in verification is INTERNAL_ERROR (not MALFORMED_ENVELOPE), with its message on stderr', async () => {
     const file = writeJsonl(dir.path, 'in.jsonl', [good.raw, good.raw]);
-    const code = await dryRun(options(file, true), new ThrowingKeyring(SECRETS), createMemoryDedupe());
+    const code = await dryRun(file, options(true), new ThrowingKeyring(SECRETS), createMemoryDedupe());
     const lines = jsonLines(out.stdout);
     expect(lines[0]).toMatchObject({
       line: 1,
@@ -89,7 +97,7 @@ describe('replay --dry-run when the kit fails on a record', () => {
 
   it('says so in the text output too', async () => {
     const file = writeJsonl(dir.path, 'in.jsonl', [good.raw]);
-    await dryRun(options(file, false), new ThrowingKeyring(SECRETS), createMemoryDedupe());
+    await dryRun(file, options(false), new ThrowingKeyring(SECRETS), createMemoryDedupe());
     expect(out.stdout).toContain('line 1: error INTERNAL_ERROR\n');
     expect(out.stdout).toMatch(/dry run: \{[^}]*"rejected":0[^}]*"errors":1/);
   });
@@ -98,7 +106,7 @@ describe('replay --dry-run when the kit fails on a record', () => {
     const file = writeJsonl(dir.path, 'in.jsonl', [good.raw]);
     const store = createSqliteDedupe({ path: `${dir.path}/d.db` });
     await store.close(); // a closed store refuses every call, as one that went away does
-    const code = await dryRun(options(file, true), new Keyring(SECRETS), store);
+    const code = await dryRun(file, options(true), new Keyring(SECRETS), store);
     expect(jsonLines(out.stdout)[0]).toMatchObject({
       event_id: good.eventId,
       action: 'error',

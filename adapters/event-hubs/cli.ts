@@ -35,6 +35,18 @@ export const eventHubsTransport = defineTransport({
       return eventHubsSourceFromCli(spec, { logger, consumerGroup, options });
     },
   },
+  replay: {
+    forms:
+      'azure-event-hubs:HUB (EVENTHUBS_CONNECTION_STRING; a poison hub, or a main hub with --since/--until: read, never consumed)',
+    async open(spec, context) {
+      const { eventHubsReplayReader } = await importAdapterModule(
+        SDK,
+        'replay',
+        () => import('./replay-reader.js'),
+      );
+      return eventHubsReplayReader(spec, context);
+    },
+  },
   target: {
     forms: 'azure-event-hubs:HUB (EVENTHUBS_CONNECTION_STRING)',
     async open(spec) {

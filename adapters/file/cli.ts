@@ -19,6 +19,14 @@ export const fileTransport = defineTransport({
       return createFileSource({ path });
     },
   },
+  replay: {
+    forms: 'file:PATH or a bare PATH (dead-letter records or envelopes, JSONL)',
+    async open(spec) {
+      const path = spec.slice(PREFIX.length);
+      const { createFileReplayReader } = await import('./replay-reader.js');
+      return createFileReplayReader(path);
+    },
+  },
   target: {
     forms: 'file:PATH (appends one JSONL line)',
     async open(spec) {

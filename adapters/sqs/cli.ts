@@ -19,6 +19,8 @@ export const sqsTransport = defineTransport({
     if (reading !== 'queue-or-http') return reading === 'queue';
     // An ingress listens on plain http only, so an https URL is a queue when read as a source.
     if (role === 'source' && !spec.startsWith('http://')) return true;
+    // replay reads no HTTP ingress: such a URL can only be a queue.
+    if (role === 'replay') return true;
     throw new SpecError(
       role === 'source'
         ? ambiguousQueueUrlMessage('--source', spec, 'listen on')
@@ -32,6 +34,17 @@ export const sqsTransport = defineTransport({
     async open(spec, { logger, options }) {
       const { sqsSourceFromCli } = await importAdapterModule(SDK, 'source', () => import('./adapter.js'));
       return sqsSourceFromCli(spec, { logger, options });
+    },
+  },
+  replay: {
+    forms: 'an SQS queue URL or sqs:QUEUE_URL (typically the dead-letter queue; drained: deleted once done)',
+    async open(spec, context) {
+      const { sqsReplayReader } = await importAdapterModule(
+        SDK,
+        'replay',
+        () => import('./replay-reader.js'),
+      );
+      return sqsReplayReader(spec, context);
     },
   },
   target: {

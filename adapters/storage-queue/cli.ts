@@ -41,6 +41,17 @@ export const storageQueueTransport = defineTransport({
       return storageQueueSourceFromCli(spec, { logger, options });
     },
   },
+  replay: {
+    forms: `${FORMS} (typically QUEUE-poison; drained: deleted once done)`,
+    async open(spec, context) {
+      const { storageQueueReplayReader } = await importAdapterModule(
+        SDK,
+        'replay',
+        () => import('./replay-reader.js'),
+      );
+      return storageQueueReplayReader(spec, context);
+    },
+  },
   target: {
     forms: FORMS,
     async open(spec) {

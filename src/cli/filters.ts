@@ -67,6 +67,13 @@ export function parseTime(flag: string, text: string): number {
   return Math.floor(ms / 1000);
 }
 
+/** As `parseTime`, in ms (an ISO time keeps its fraction of a second): a hub's read window. */
+export function parseTimeMs(flag: string, text: string): number {
+  if (/^\d+$/.test(text)) return Number(text) * 1000;
+  parseTime(flag, text); // the same usage error for a bad value
+  return Date.parse(text);
+}
+
 export function isEmptyFilter(filter: ReplayFilter): boolean {
   return (
     filter.types.length === 0 &&

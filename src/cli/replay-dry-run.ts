@@ -1,6 +1,7 @@
 import { errorMessage, isPartnerEventsError, VerificationError } from '../core/errors.js';
 import { validateEvent } from '../core/events/validate.js';
 import { redact } from '../core/redact.js';
+import type { ReplayReader } from '../core/replay-reader.js';
 import type { Keyring } from '../core/secrets.js';
 import { type VerifiedMessage, verifyMessage } from '../core/verify.js';
 import type { DedupeStore } from '../dedupe/types.js';
@@ -8,12 +9,12 @@ import { describeUrl } from '../sidecar/forward.js';
 import { describeSpec } from '../transports.js';
 import { writeLine } from './common.js';
 import type { ReplayFilter } from './filters.js';
+import { whereRead } from './replay-report.js';
 import { type ReplayMessage, ReplaySource, recordedCode } from './replay-source.js';
 import { terminalSafe, terminalSafeLines } from './terminal-safe.js';
 
 /** What the dry run reads of replay's flags. */
 export interface DryRunOptions {
-  readonly file: string;
   readonly forward: string | undefined;
   readonly to: string | undefined;
   readonly force: boolean;
@@ -50,13 +51,32 @@ interface DryRunCounts {
   forced: number;
 }
 
+/** What the dry run reads from and judges with. */
+export interface DryRunParts {
+  readonly reader: ReplayReader;
+  readonly keyring: Keyring;
+  /** Only looked up, then closed. */
+  readonly dedupe: DedupeStore;
+  /** SOURCE as printed. */
+  readonly source: string;
+}
+
 /**
  * `replay --dry-run`: verifies each selected record and looks it up in the dedupe store (without
- * claiming), prints what the replay would do with it, then the counts. Changes nothing; closes
- * the store. Exit code 1 when a record would be rejected or could not be judged.
+ * claiming), prints what the replay would do with it, then the counts. Changes nothing: a queue's
+ * messages are held hidden while the run looks at them and made visible again, unchanged, at the
+ * end. Closes the reader and the store. Exit code 1 when a record would be rejected or could not
+ * be judged.
  */
-export async function dryRun(options: DryRunOptions, keyring: Keyring, dedupe: DedupeStore): Promise<number> {
-  const source = new ReplaySource({ path: options.file, filter: options.filter });
+export async function dryRun(
+  options: DryRunOptions,
+  { reader, keyring, dedupe, source: sourceName }: DryRunParts,
+): Promise<{ exitCode: number; summary: Record<string, unknown> }> {
+  const source = new ReplaySource({
+    reader,
+    filter:
+      reader.kind === 'hub' ? { ...options.filter, since: undefined, until: undefined } : options.filter,
+  });
   const target = describeTarget(options);
   const counts: DryRunCounts = {
     total: 0,
@@ -69,21 +89,24 @@ export async function dryRun(options: DryRunOptions, keyring: Keyring, dedupe: D
     forced: 0,
   };
   const judging: Judge = { options, keyring, dedupe, reporter: new ErrorReporter() };
-  for await (const message of records(source)) {
-    const row = await judge(message, judging);
-    count(counts, row);
-    await source.settle(message, { kind: 'ack', result: 'ignored' });
-    printRow(message, row, target, options.json);
+  try {
+    for await (const message of records(source)) {
+      const row = await judge(message, judging);
+      count(counts, row);
+      await source.hold(message);
+      printRow(message, row, target, options.json);
+    }
+  } finally {
+    await source.close();
+    await dedupe.close();
   }
-  await source.close();
-  await dedupe.close();
-  const summary = { ...counts, filtered_out: source.filteredOut, target, dry_run: true };
+  const summary = { ...counts, filtered_out: source.filteredOut, source: sourceName, target, dry_run: true };
   writeLine(
     options.json
       ? JSON.stringify(summary)
       : `dry run: ${JSON.stringify({ ...counts, filtered_out: source.filteredOut })} (nothing was changed)`,
   );
-  return counts.rejected === 0 && counts.errors === 0 ? 0 : 1;
+  return { exitCode: counts.rejected === 0 && counts.errors === 0 ? 0 : 1, summary };
 }
 
 /** Printed on every line and in the summary: never the raw value (a SAS URL's sig=, userinfo). */
@@ -153,7 +176,7 @@ class ErrorReporter {
   #stackShown = false;
 
   report(message: ReplayMessage, code: string, reason: string, error: unknown): void {
-    let text = `partner-events replay: line ${message.line}: [${code}] ${reason}`;
+    let text = `partner-events replay: ${whereText(message)}: [${code}] ${reason}`;
     if (code === 'INTERNAL_ERROR' && !this.#stackShown && error instanceof Error && error.stack) {
       this.#stackShown = true;
       text += `\n${error.stack}`;
@@ -187,6 +210,11 @@ async function judgeVerified(
   return { ...ids, action, code: null, ...(state === 'done' ? { forced: true as const } : {}) };
 }
 
+/** `line 3` for a file's record, `message ID` for a broker's. */
+function whereText(message: ReplayMessage): string {
+  return message.line !== undefined ? `line ${message.line}` : `message ${message.id}`;
+}
+
 function count(counts: DryRunCounts, row: DryRunRow): void {
   counts.total++;
   if (row.forced) counts.forced++;
@@ -216,10 +244,10 @@ function printRow(message: ReplayMessage, row: DryRunRow, target: string | null,
   if (json) {
     const recorded = recordedCode(message) ?? null;
     const to = target && row.action !== 'reject' && row.action !== 'error' ? { target } : {};
-    writeLine(JSON.stringify({ line: message.line, ...row, recorded_code: recorded, ...to }));
+    writeLine(JSON.stringify({ ...whereRead(message), ...row, recorded_code: recorded, ...to }));
     return;
   }
   const to = target && (row.action === 'forward' || row.action === 'inject') ? ` -> ${target}` : '';
-  const text = `line ${message.line}: ${row.action}${row.forced ? ' (forced)' : ''}${row.code ? ` ${row.code}` : ''} ${row.event_type ?? ''} ${row.event_id ?? ''}`;
+  const text = `${whereText(message)}: ${row.action}${row.forced ? ' (forced)' : ''}${row.code ? ` ${row.code}` : ''} ${row.event_type ?? ''} ${row.event_id ?? ''}`;
   writeLine(terminalSafe(text.trimEnd() + to));
 }

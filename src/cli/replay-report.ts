@@ -19,6 +19,29 @@ function zero(): OutcomeCounts {
   return { forwarded: 0, injected: 0, duplicate: 0, rejected: 0, failed: 0 };
 }
 
+/** Where a message was read: a file's line, or a broker message's id and the order it was read in. */
+export function whereRead(
+  message: ReplayMessage,
+): { line: number } | { message_id: string; position: number } {
+  return message.line !== undefined
+    ? { line: message.line }
+    : { message_id: message.id, position: message.position };
+}
+
+/** One line of `replay --json` per message (docs/cli.md). */
+export interface ReplayEventRow {
+  readonly line?: number;
+  readonly message_id?: string;
+  readonly position?: number;
+  readonly event_id: string | null;
+  readonly event_type: string | null;
+  readonly recorded_code: string | null;
+  readonly outcome: ReplayOutcome | 'dead';
+  readonly code: string | null;
+  readonly reason: string | null;
+  readonly forced?: true;
+}
+
 /**
  * The end-of-run counts: by outcome, by the code each record was dead-lettered with (so "of the
  * 120 HANDLER_FAILED, 118 went through" reads straight off), and by the code of what still fails.
@@ -81,7 +104,7 @@ export interface ReplaySummary {
   duplicates: number;
   rejected: number;
   failed: number;
-  /** Records the filters left out (still in FILE, not in the new dead-letter file). */
+  /** Records the filters left out (still in FILE or on the queue, not in the new dead-letter file). */
   filtered_out: number;
   /** Events the dedupe store marked done that --force re-drove. */
   forced: number;
@@ -103,21 +126,33 @@ export class ReplayReport {
   readonly tally = new ReplayTally();
   /** Events the dedupe store marked done that --force re-drove. */
   readonly forced = new Set<string>();
-  readonly #progress: Progress;
+  readonly #progress: Progress | undefined;
   /** What a record that went through counts as: `forwarded`, or `injected` with `--to`. */
   readonly #sent: ReplayOutcome;
   readonly #json: boolean;
-  #lastLine = 0;
+  readonly #onEvent: ((row: ReplayEventRow) => void) | undefined;
+  #lastPosition = 0;
 
-  constructor(options: { lines: number; sent: ReplayOutcome; json: boolean }) {
-    this.#progress = new Progress(options.lines);
+  constructor(options: {
+    /** Messages to read, when known (a file's lines, a queue's size, a hub's ranges). */
+    total: number | undefined;
+    sent: ReplayOutcome;
+    /** Print the summary as a JSON line (the per-event lines go to `onEvent`). */
+    json: boolean;
+    /** Each message's final outcome, as `--json` prints it. */
+    onEvent?: ((row: ReplayEventRow) => void) | undefined;
+    /** A progress line on stderr (default: yes). */
+    progress?: boolean;
+  }) {
+    this.#progress = options.progress === false ? undefined : new Progress(options.total);
     this.#sent = options.sent;
     this.#json = options.json;
+    this.#onEvent = options.onEvent;
   }
 
-  /** A record the filters left out (it only moves the progress on). */
-  filtered(line: number): void {
-    this.#advance(line);
+  /** A message the filters left out (it only moves the progress on). */
+  filtered(message: ReplayMessage): void {
+    this.#advance(message.position);
   }
 
   /** Pass as the consumer's `onSettled`. */
@@ -133,25 +168,22 @@ export class ReplayReport {
       result = REJECTED_CODES.has(outcome.code) ? 'rejected' : 'failed';
       this.tally.add(result, recorded, outcome.code);
     }
-    this.#advance(report.message.line);
-    if (!this.#json) return;
-    writeLine(
-      JSON.stringify({
-        line: report.message.line,
-        event_id: report.eventId ?? null,
-        event_type: report.eventType ?? null,
-        recorded_code: recorded ?? null,
-        outcome: outcome.kind === 'dead' ? 'dead' : result,
-        code: outcome.kind === 'dead' ? outcome.code : null,
-        reason: outcome.kind === 'dead' ? outcome.reason : null,
-        ...(report.eventId && this.forced.has(report.eventId) ? { forced: true } : {}),
-      }),
-    );
+    this.#advance(report.message.position);
+    this.#onEvent?.({
+      ...whereRead(report.message),
+      event_id: report.eventId ?? null,
+      event_type: report.eventType ?? null,
+      recorded_code: recorded ?? null,
+      outcome: outcome.kind === 'dead' ? 'dead' : result,
+      code: outcome.kind === 'dead' ? outcome.code : null,
+      reason: outcome.kind === 'dead' ? outcome.reason : null,
+      ...(report.eventId && this.forced.has(report.eventId) ? { forced: true } : {}),
+    });
   }
 
   /** Stops the progress line. */
   finish(): void {
-    this.#progress.finish();
+    this.#progress?.finish();
   }
 
   summary(facts: { filteredOut: number; target: string; deadLetterFile: string | null }): ReplaySummary {
@@ -174,7 +206,7 @@ export class ReplayReport {
   }
 
   /** The summary as the last JSON line, or as text with the table by recorded code. */
-  print(summary: ReplaySummary, run: { file: string; interrupted: boolean }): void {
+  print(summary: ReplaySummary, run: { source: string; interrupted: boolean }): void {
     if (this.#json) {
       writeLine(JSON.stringify({ ...summary, ...(run.interrupted ? { interrupted: true } : {}) }));
       return;
@@ -185,7 +217,7 @@ export class ReplayReport {
         : `${summary.forwarded} forwarded`;
     writeLine(
       terminalSafe(
-        `replayed ${summary.total} events from ${run.file}: ${how}, ${summary.duplicates} duplicates, ` +
+        `replayed ${summary.total} events from ${run.source}: ${how}, ${summary.duplicates} duplicates, ` +
           `${summary.rejected} rejected, ${summary.failed} failed${run.interrupted ? ' (interrupted)' : ''}`,
       ),
     );
@@ -196,9 +228,9 @@ export class ReplayReport {
       writeLine(terminalSafe(`events that still fail: ${summary.dead_letter_file}`));
   }
 
-  #advance(line: number): void {
-    this.#lastLine = Math.max(this.#lastLine, line);
-    this.#progress.update(this.#lastLine, this.tally.brief());
+  #advance(position: number): void {
+    this.#lastPosition = Math.max(this.#lastPosition, position);
+    this.#progress?.update(this.#lastPosition, this.tally.brief());
   }
 }
 

@@ -1,57 +1,55 @@
-// Replay reads the kit's own JSONL files (dead-letter records, envelopes): the file adapter is that
-// reader, whatever `--to` names, so it is used directly, not through the transport registry.
-import { createFileSource, type FileMessage, type FileSource } from '../../adapters/file/index.js';
 import type { Outcome } from '../core/outcome.js';
+import type { ReplayMessage, ReplayReader } from '../core/replay-reader.js';
 import type { SourceAdapter } from '../core/source-adapter.js';
 import { isEmptyFilter, matchesFilter, type ReplayFilter } from './filters.js';
 import type { Pacer } from './rate.js';
 
+export type { ReplayMessage } from '../core/replay-reader.js';
+
 export interface ReplaySourceOptions {
-  readonly path: string;
+  /** Where the messages come from: a file, a queue or a hub (opened through the transport registry). */
+  readonly reader: ReplayReader;
   readonly filter: ReplayFilter;
   /** Hands out one message per slot (`--rate`); retries are paced too. */
   readonly pacer?: Pacer | undefined;
-  /** Called for each record the filter leaves out (for progress). */
-  readonly onFiltered?: (message: FileMessage) => void;
+  /** Called for each message the filter leaves out (for progress). */
+  readonly onFiltered?: (message: ReplayMessage) => void;
 }
 
-/** One record of the replayed file, as the file adapter reads it. */
-export type ReplayMessage = FileMessage;
-
-/** The code a record was dead-lettered with; undefined for a bare envelope. */
-export function recordedCode(message: FileMessage): string | undefined {
-  const code = message.metadata?.original_code;
-  return typeof code === 'string' ? code : undefined;
+/** The code a message was dead-lettered with; undefined for a bare envelope or a message with none. */
+export function recordedCode(message: ReplayMessage): string | undefined {
+  return message.recordedCode;
 }
 
 /**
- * The replay's view of a JSONL file: records the filter leaves out are settled at once and never
- * reach the pipeline; the rest are handed out (one per `--rate` slot when paced). Keeps each
- * in-flight message's exact bytes, so `--to` can put the original envelope back on a queue.
+ * The replay's view of its reader: messages the filter leaves out are given back at once (`skip`:
+ * a queue message is visible again) and never reach the pipeline; the rest are handed out (one
+ * per `--rate` slot when paced). Keeps each in-flight message's exact bytes, so `--to` can put the
+ * original envelope back on a queue.
  */
-export class ReplaySource implements SourceAdapter<FileMessage> {
+export class ReplaySource implements SourceAdapter<ReplayMessage> {
   readonly name: string;
   readonly maxBatchSize: number;
-  readonly #inner: FileSource;
+  readonly #reader: ReplayReader;
   readonly #filter: ReplayFilter;
   readonly #filtering: boolean;
   readonly #pacer: Pacer | undefined;
-  readonly #onFiltered: ((message: FileMessage) => void) | undefined;
-  readonly #ready: FileMessage[] = [];
+  readonly #onFiltered: ((message: ReplayMessage) => void) | undefined;
+  readonly #ready: ReplayMessage[] = [];
   readonly #bodies = new Map<string, string | Uint8Array>();
   #filteredOut = 0;
 
   constructor(options: ReplaySourceOptions) {
-    this.#inner = createFileSource({ path: options.path });
-    this.name = this.#inner.name;
-    this.maxBatchSize = this.#inner.maxBatchSize;
+    this.#reader = options.reader;
+    this.name = this.#reader.name;
+    this.maxBatchSize = this.#reader.maxBatchSize;
     this.#filter = options.filter;
     this.#filtering = !isEmptyFilter(options.filter);
     this.#pacer = options.pacer;
     this.#onFiltered = options.onFiltered;
   }
 
-  /** Records left out by the filter so far. */
+  /** Messages left out by the filter so far. */
   get filteredOut(): number {
     return this.#filteredOut;
   }
@@ -61,15 +59,15 @@ export class ReplaySource implements SourceAdapter<FileMessage> {
     return this.#bodies.get(messageId);
   }
 
-  async receive(max: number, signal: AbortSignal): Promise<readonly FileMessage[] | null> {
+  async receive(max: number, signal: AbortSignal): Promise<readonly ReplayMessage[] | null> {
     while (this.#ready.length === 0) {
-      const batch = await this.#inner.receive(this.#pacer ? this.maxBatchSize : max, signal);
+      const batch = await this.#reader.receive(this.#pacer ? this.maxBatchSize : max, signal);
       if (batch === null) return null;
       if (batch.length === 0) return [];
       for (const message of batch) {
         if (message.attempt === 1 && this.#filtering && !this.#selected(message)) {
           this.#filteredOut++;
-          await this.#inner.settle(message, { kind: 'ack', result: 'ignored' });
+          await this.#reader.skip(message);
           this.#onFiltered?.(message);
         } else {
           this.#ready.push(message);
@@ -83,22 +81,29 @@ export class ReplaySource implements SourceAdapter<FileMessage> {
     return this.#handOut(this.#ready.splice(0, max));
   }
 
-  async settle(message: FileMessage, outcome: Outcome): Promise<void> {
+  async settle(message: ReplayMessage, outcome: Outcome): Promise<void> {
     if (outcome.kind !== 'retry') this.#bodies.delete(message.id);
-    await this.#inner.settle(message, outcome);
+    await this.#reader.settle(message, outcome);
   }
 
+  /** A message only looked at (dry run): see `ReplayReader.hold`. */
+  hold(message: ReplayMessage): Promise<void> {
+    return this.#reader.hold(message);
+  }
+
+  /** Gives back what was read but not handed out, then closes the reader. */
   async close(): Promise<void> {
-    this.#ready.length = 0;
+    const unread = this.#ready.splice(0);
+    await Promise.all(unread.map((message) => this.#reader.skip(message)));
     this.#bodies.clear();
-    await this.#inner.close();
+    await this.#reader.close();
   }
 
-  #selected(message: FileMessage): boolean {
+  #selected(message: ReplayMessage): boolean {
     return matchesFilter(this.#filter, { body: message.body, code: recordedCode(message) });
   }
 
-  #handOut(messages: FileMessage[]): FileMessage[] {
+  #handOut(messages: ReplayMessage[]): ReplayMessage[] {
     for (const m of messages) this.#bodies.set(m.id, m.body);
     return messages;
   }

@@ -1,15 +1,15 @@
 import { accessSync, constants, statSync } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
 import type { Logger } from 'pino';
-import { type Consumer, createConsumer } from '../consumer/consumer.js';
-import { createJsonlDeadLetters, type JsonlDeadLetterSink } from '../consumer/dead-letter-sink.js';
-import type { HandlerContext } from '../consumer/router.js';
-import { DeadLetterError, errorMessage, ForwardError, RetryLaterError } from '../core/errors.js';
+import { errorMessage } from '../core/errors.js';
 import { hasCredentials } from '../core/http-answer.js';
 import { createLogger } from '../core/logger.js';
+import { redact } from '../core/redact.js';
+import type { ReplayReader, ReplayReaderContext } from '../core/replay-reader.js';
 import type { Keyring } from '../core/secrets.js';
 import type { DedupeStore } from '../dedupe/types.js';
-import { createForwarder, describeUrl, forwardUrlProblem } from '../sidecar/forward.js';
+import { describeUrl, forwardUrlProblem } from '../sidecar/forward.js';
+import { describeSpec, specForms, transportFor } from '../transports.js';
 import {
   checkDeadLetterFile,
   DEFAULT_DEDUPE,
@@ -20,22 +20,30 @@ import {
   UsageError,
   writeLine,
 } from './common.js';
-import { parseFilter } from './filters.js';
-import { countLines } from './progress.js';
-import { Pacer, parseRate } from './rate.js';
-import { forcingDedupe, injectingDedupe } from './replay-dedupe.js';
+import { parseFilter, parseTimeMs } from './filters.js';
+import { parseRate } from './rate.js';
+import { appendReplayAudit, filtersOf, REPLAY_LOG_NAME, replayLogPath } from './replay-audit.js';
 import { type DryRunOptions, dryRun } from './replay-dry-run.js';
-import { ReplayReport } from './replay-report.js';
-import { type ReplayMessage, ReplaySource } from './replay-source.js';
+import type { ReplayEventRow } from './replay-report.js';
+import { runReplay } from './replay-run.js';
 import { openTarget, TARGET_FORMS, type Target } from './targets.js';
 
-export const REPLAY_USAGE = `Usage: partner-events replay FILE (--forward URL | --to TARGET) [options]
+/** Every form a replay SOURCE takes, from the transport registry. */
+const REPLAY_FORMS = specForms('replay');
 
-Re-drives envelopes or dead-letter records (JSONL) safely: each is verified again (signature;
-age only with --check-age, since dead events are old), checked against the worker's dedupe
-store, validated, and then either its signed body POSTed to your app (--forward) or the original
-envelope put back on a queue for the worker (--to). Events that still fail go to a new
-dead-letter file, whose path is printed, with a report by outcome and by code.
+export const REPLAY_USAGE = `Usage: partner-events replay SOURCE (--forward URL | --to TARGET) [options]
+
+Re-drives dead events safely: each is verified again (signature; age only with --check-age,
+since dead events are old), checked against the worker's dedupe store, validated, and then
+either its signed body POSTed to your app (--forward) or the original envelope put back on a
+queue for the worker (--to). Events that still fail go to a new dead-letter file, whose path is
+printed, with a report by outcome and by code. Every replay appends one record to the replay log
+(${REPLAY_LOG_NAME}) beside that file.
+
+SOURCE: ${REPLAY_FORMS}
+  A queue is drained: a message is deleted once its event went through or was already done; one
+  that still fails stays on the queue (visible again) and is also written to the dead-letter file;
+  one the filters leave out is visible again at once. A hub is read, never consumed.
 
   --forward URL        POST target (2xx = success)
   --to TARGET          re-inject the original envelopes, byte for byte, into a queue the worker
@@ -47,22 +55,35 @@ dead-letter file, whose path is printed, with a report by outcome and by code.
 Select records (all given criteria must hold; repeat a flag or use commas for "any of"):
   --type TYPE          event type; * is a wildcard (daily.data.*)
   --event-id ID        event id
-  --code CODE          the code the record was dead-lettered with (HANDLER_FAILED, …)
-  --since TIME         signed_at at or after TIME (ISO 8601 or Unix seconds)
-  --until TIME         signed_at at or before TIME (ISO 8601 or Unix seconds)
+  --code CODE          the code the record was dead-lettered with (HANDLER_FAILED, …): a file's
+                       records, an SQS dead-letter queue's partner_events_code attribute, a poison
+                       hub's partner-events-dead-code property
+  --since TIME         signed_at at or after TIME (ISO 8601 or Unix seconds); on a hub: read
+                       events the hub accepted at or after TIME
+  --until TIME         signed_at at or before TIME; on a hub: up to events accepted at TIME
+
+Queues and hubs:
+  --max N              read at most N messages
+  --settle-seconds N   a queue's replay ends once nothing new arrived for N s (default 5)
+  --visibility-timeout N  seconds a queue message this replay holds stays hidden, renewed while
+                       held (default 30; after a crash, held messages return after this)
+  --consumer-group CG  the hub's consumer group to read with (default $Default); never writes
+                       checkpoints, but give the replay its own group if the worker uses $Default
 
   --rate N/s           at most N events sent per second (also N/min)
   --check-age          also reject events whose signed_at is older than 5 minutes
-  --dead-letter PATH   where still-failing events go (default FILE.failed-<time>.jsonl)
+  --dead-letter PATH   where still-failing events go (default FILE.failed-<time>.jsonl beside a
+                       file, ./replay-<queue>.failed-<time>.jsonl for a queue or hub)
   --attempts N         tries per event before it counts as failed (default 3)
   --concurrency N      events sent at once (default 8)
   --timeout-ms N       per request (default 10000)
   --secrets-file PATH  secrets (default: PARTNER_EVENTS_SECRETS_FILE, else PARTNER_EVENTS_SIGNING_SECRET[_PREVIOUS])
-  --json               one JSON line per event, then a summary object as the last line
+  --json               one JSON line per event, then a summary object as the last line (no progress line)
 
 Exit: 0 when nothing failed or was rejected, 1 otherwise, 2 on usage errors.`;
 
 export async function replayCommand(args: string[]): Promise<number> {
+  const startedAt = new Date().toISOString();
   const { values, positionals } = parse(args, REPLAY_OPTIONS);
   if (values.help) {
     writeLine(REPLAY_USAGE);
@@ -77,6 +98,7 @@ export async function replayCommand(args: string[]): Promise<number> {
     options.to && !options.dryRun
       ? await openTarget(options.to, { concurrency: options.concurrency })
       : undefined;
+  const reader = await openReplayReader(options.source, readerContext(options, logger));
   const dedupe = await openDedupe(options.dedupe, { readOnly: options.dryRun, logger });
   if (options.force) {
     process.stderr.write(
@@ -85,8 +107,19 @@ export async function replayCommand(args: string[]): Promise<number> {
         : 'WARNING --force: events the dedupe store marks as done are forwarded AGAIN: your app may apply them twice\n',
     );
   }
-  if (options.dryRun) return dryRun(options, keyring, dedupe);
-  return replay(options, { keyring, logger, dedupe, target });
+  const deadLetter = options.deadLetter ?? defaultDeadLetterPath(options.source, reader.name);
+  const audit = { startedAt, deadLetter, source: reader.name };
+  if (options.dryRun) {
+    const run = await dryRun(options, {
+      reader,
+      keyring,
+      dedupe,
+      source: describeSpec(options.source, 'replay'),
+    });
+    await audited(options, audit, run.exitCode, { counts: run.summary, interrupted: false });
+    return run.exitCode;
+  }
+  return replay(options, { keyring, logger, dedupe, target, reader, deadLetter }, audit);
 }
 
 const REPLAY_OPTIONS = {
@@ -108,6 +141,10 @@ const REPLAY_OPTIONS = {
   since: { type: 'string' },
   until: { type: 'string' },
   rate: { type: 'string' },
+  max: { type: 'string' },
+  'settle-seconds': { type: 'string' },
+  'visibility-timeout': { type: 'string' },
+  'consumer-group': { type: 'string' },
   help: { type: 'boolean', short: 'h', default: false },
 } as const;
 
@@ -115,10 +152,12 @@ type ReplayValues = ReturnType<typeof parse<typeof REPLAY_OPTIONS>>['values'];
 
 /** replay's flags, checked. */
 interface ReplayArgs extends DryRunOptions {
+  /** SOURCE as a spec the registry reads (`file:PATH` for a bare path). */
+  readonly source: string;
   readonly dryRun: boolean;
   /** The `--dedupe` spec. */
   readonly dedupe: string;
-  /** `--dead-letter`; default beside FILE. */
+  /** `--dead-letter`; default beside FILE, or in the current folder. */
   readonly deadLetter: string | undefined;
   readonly attempts: number;
   readonly concurrency: number;
@@ -126,16 +165,23 @@ interface ReplayArgs extends DryRunOptions {
   /** `--rate`, events per second. */
   readonly rate: number | undefined;
   readonly secretsFile: string | undefined;
+  readonly max: number | undefined;
+  readonly settleSeconds: number;
+  readonly visibilityTimeoutSeconds: number;
+  readonly consumerGroup: string;
+  /** `--since` / `--until` in ms, for a hub's window. */
+  readonly window: { readonly since: number | undefined; readonly until: number | undefined };
 }
 
 /** Every usage error, before anything is opened. */
 function replayArgs(values: ReplayValues, positionals: readonly string[]): ReplayArgs {
-  const file = positionals[0];
-  if (!file || positionals.length > 1) throw new UsageError('replay needs exactly one FILE');
-  checkReplayFile(file);
+  const given = positionals[0];
+  if (!given || positionals.length > 1) throw new UsageError('replay needs exactly one SOURCE');
+  const source = replaySpec(given);
+  if (source.startsWith(FILE_PREFIX)) checkReplayFile(source.slice(FILE_PREFIX.length));
   checkDestination(values);
   return {
-    file,
+    source,
     forward: values.forward,
     to: values.to,
     force: values.force,
@@ -156,7 +202,26 @@ function replayArgs(values: ReplayValues, positionals: readonly string[]): Repla
       until: values.until,
     }),
     secretsFile: values['secrets-file'],
+    max: values.max === undefined ? undefined : parsePositiveInt('--max', values.max, 0),
+    settleSeconds: parsePositiveInt('--settle-seconds', values['settle-seconds'], 5),
+    visibilityTimeoutSeconds: parsePositiveInt('--visibility-timeout', values['visibility-timeout'], 30),
+    consumerGroup: values['consumer-group'] ?? '$Default',
+    window: {
+      since: values.since === undefined ? undefined : parseTimeMs('--since', values.since),
+      until: values.until === undefined ? undefined : parseTimeMs('--until', values.until),
+    },
   };
+}
+
+const FILE_PREFIX = 'file:';
+
+/** SOURCE as the registry reads it: a spec a transport names for replay, else a path (`file:PATH`). */
+function replaySpec(given: string): string {
+  if (transportFor(given, 'replay')) return given;
+  if (/^[a-z][a-z0-9+.-]*:\/\//i.test(given) || /^(azure-[a-z-]+|sqs):/.test(given)) {
+    throw new UsageError(`replay cannot read "${redact(given)}": SOURCE is ${REPLAY_FORMS}`);
+  }
+  return `${FILE_PREFIX}${given}`;
 }
 
 /** Exactly one of --forward and --to (or neither with --dry-run), and a --forward URL replay can use. */
@@ -174,123 +239,118 @@ function checkDestination(values: ReplayValues): void {
   }
 }
 
-/** What the replay runs with, opened by replayCommand. */
+function readerContext(options: ReplayArgs, logger: Logger): ReplayReaderContext {
+  return {
+    logger,
+    settleMs: options.settleSeconds * 1000,
+    max: options.max,
+    visibilityTimeoutSeconds: options.visibilityTimeoutSeconds,
+    since: options.window.since,
+    until: options.window.until,
+    consumerGroup: options.consumerGroup,
+  };
+}
+
+/** Opens what SOURCE names through the transport registry (its SDK is loaded only then). */
+export async function openReplayReader(spec: string, context: ReplayReaderContext): Promise<ReplayReader> {
+  const transport = transportFor(spec, 'replay');
+  if (!transport?.replay)
+    throw new UsageError(`replay cannot read "${redact(spec)}": SOURCE is ${REPLAY_FORMS}`);
+  return transport.replay.open(spec, context);
+}
+
+/** What the CLI opened for the run. */
 interface ReplayParts {
   readonly keyring: Keyring;
   readonly logger: Logger;
   readonly dedupe: DedupeStore;
   /** With `--to`; else events are forwarded to `--forward`. */
   readonly target: Target | undefined;
+  readonly reader: ReplayReader;
+  readonly deadLetter: string;
+}
+
+/** What the audit record needs besides the run's counts. */
+interface AuditFacts {
+  readonly startedAt: string;
+  readonly deadLetter: string;
+  readonly source: string;
 }
 
 /**
- * Re-drives the file through a consumer (verification, dedupe, validation, retries, dead letters
- * to a new file) until its end or SIGINT / SIGTERM, then prints the summary. Exit code 0 when
- * nothing failed or was rejected and the run was not interrupted.
+ * Runs the replay (runReplay) until its source's end or SIGINT / SIGTERM, prints the summary and
+ * appends the audit record. Exit code 0 when nothing failed or was rejected and the run was not
+ * interrupted.
  */
-async function replay(options: ReplayArgs, parts: ReplayParts): Promise<number> {
-  const deadLetterPath = options.deadLetter ?? defaultDeadLetterPath(options.file);
-  const sink = createJsonlDeadLetters(deadLetterPath);
-  const report = new ReplayReport({
-    lines: await countLines(options.file),
-    sent: parts.target ? 'injected' : 'forwarded',
-    json: options.json,
-  });
-  const source = new ReplaySource({
-    path: options.file,
-    filter: options.filter,
-    pacer: options.rate === undefined ? undefined : new Pacer(options.rate),
-    onFiltered: (message) => report.filtered(message.line),
-  });
-  const { consumer, close } = replayConsumer(options, parts, { source, sink, report });
-  const interrupted = await runUntilStopped(consumer, close);
-  report.finish();
-  const summary = report.summary({
-    filteredOut: source.filteredOut,
-    target: parts.target ? parts.target.name : describeUrl(options.forward as string),
-    deadLetterFile: sink.count > 0 ? deadLetterPath : null,
-  });
-  report.print(summary, { file: options.file, interrupted });
-  return summary.failed === 0 && summary.rejected === 0 && !interrupted ? 0 : 1;
-}
-
-/** `FILE.failed-<time>.jsonl`, beside FILE. */
-function defaultDeadLetterPath(file: string): string {
-  const time = new Date().toISOString().replace(/[:.]/g, '-');
-  return join(dirname(file), `${basename(file, '.jsonl')}.failed-${time}.jsonl`);
-}
-
-/**
- * The consumer that re-drives the records, with its handler (the forwarder, or the injector for
- * `--to`) and a `close` for the handler's connections once it has stopped.
- */
-function replayConsumer(
-  options: ReplayArgs,
-  parts: ReplayParts,
-  { source, sink, report }: { source: ReplaySource; sink: JsonlDeadLetterSink; report: ReplayReport },
-): { consumer: Consumer<ReplayMessage>; close(): Promise<void> } {
-  const { target, logger } = parts;
-  const onForced = (eventId: string) => {
-    report.forced.add(eventId);
-    logger.warn({ event_id: eventId }, '--force: re-driving an event the dedupe store marks as done');
-  };
-  const consumer = createConsumer({
-    source,
-    secrets: parts.keyring,
-    dedupe: target
-      ? injectingDedupe(parts.dedupe, { force: options.force, onForced })
-      : options.force
-        ? forcingDedupe(parts.dedupe, onForced)
-        : parts.dedupe,
-    deadLetter: sink,
-    checkAge: options.checkAge,
-    concurrency: options.concurrency,
-    retry: { maxAttempts: options.attempts, baseDelayMs: 500, maxDelayMs: 5000 },
-    handlerTimeoutMs: options.timeoutMs + 1000,
-    logger,
-    onSettled: (settled) => report.settled(settled),
-  });
-  const forwarder = target
-    ? undefined
-    : createForwarder({
-        url: options.forward as string,
-        timeoutMs: options.timeoutMs,
-        connections: options.concurrency,
-      });
-  const handler = forwarder ?? injector(target as Target, source);
-  consumer.on('*', handler).onUnknown(handler);
-  const close = async () => {
-    await target?.close();
-    await forwarder?.close();
-  };
-  return { consumer, close };
-}
-
-/**
- * Runs the consumer to the end of the file, or until SIGINT / SIGTERM (which drain it), then
- * closes the handler's connections (a signal meanwhile is still caught). True when interrupted.
- */
-async function runUntilStopped(
-  consumer: Consumer<ReplayMessage>,
-  close: () => Promise<void>,
-): Promise<boolean> {
-  let interrupted = false;
-  const onSignal = () => {
-    interrupted = true;
-    void consumer.stop();
-  };
+async function replay(options: ReplayArgs, parts: ReplayParts, audit: AuditFacts): Promise<number> {
+  const stop = new AbortController();
+  const onSignal = () => stop.abort();
   process.once('SIGINT', onSignal);
   process.once('SIGTERM', onSignal);
-  await consumer.start();
-  await consumer.stopped;
-  await close();
-  process.off('SIGINT', onSignal);
-  process.off('SIGTERM', onSignal);
-  return interrupted;
+  try {
+    const { summary, interrupted, report } = await runReplay({
+      ...parts,
+      filter: options.filter,
+      forward: options.forward,
+      deadLetterPath: parts.deadLetter,
+      force: options.force,
+      checkAge: options.checkAge,
+      attempts: options.attempts,
+      concurrency: options.concurrency,
+      timeoutMs: options.timeoutMs,
+      rate: options.rate,
+      signal: stop.signal,
+      json: options.json,
+      progress: !options.json,
+      ...(options.json ? { onEvent: (row: ReplayEventRow) => writeLine(JSON.stringify(row)) } : {}),
+    });
+    report.print(summary, { source: describeSpec(audit.source, 'replay'), interrupted });
+    const exitCode = summary.failed === 0 && summary.rejected === 0 && !interrupted ? 0 : 1;
+    await audited(options, audit, exitCode, { counts: { ...summary }, interrupted });
+    return exitCode;
+  } finally {
+    process.off('SIGINT', onSignal);
+    process.off('SIGTERM', onSignal);
+  }
+}
+
+/** Appends the run's record to the replay log beside its dead-letter file. */
+async function audited(
+  options: ReplayArgs,
+  audit: AuditFacts,
+  exitCode: number,
+  run: { counts: Record<string, unknown>; interrupted: boolean },
+): Promise<void> {
+  await appendReplayAudit(replayLogPath(audit.deadLetter), {
+    started_at: audit.startedAt,
+    source: describeSpec(options.source, 'replay'),
+    target: options.to
+      ? describeSpec(options.to, 'target')
+      : options.forward
+        ? describeUrl(options.forward)
+        : null,
+    dry_run: options.dryRun,
+    force: options.force,
+    filters: filtersOf(options.filter, options.max === undefined ? {} : { max: options.max }),
+    exit_code: exitCode,
+    interrupted: run.interrupted,
+    counts: run.counts,
+  });
+}
+
+/** `FILE.failed-<time>.jsonl` beside FILE; for a queue or hub, `replay-<name>.failed-<time>.jsonl` here. */
+function defaultDeadLetterPath(source: string, readerName: string): string {
+  const time = new Date().toISOString().replace(/[:.]/g, '-');
+  if (source.startsWith(FILE_PREFIX)) {
+    const file = source.slice(FILE_PREFIX.length);
+    return join(dirname(file), `${basename(file, '.jsonl')}.failed-${time}.jsonl`);
+  }
+  return `replay-${readerName.replace(/[^A-Za-z0-9._-]+/g, '-')}.failed-${time}.jsonl`;
 }
 
 /** FILE must be a readable file: a directory or an unreadable path is a usage error, as for verify. */
 function checkReplayFile(file: string): void {
+  if (!file) throw new UsageError('replay file: needs a path');
   let isDirectory: boolean;
   try {
     isDirectory = statSync(file).isDirectory();
@@ -303,26 +363,4 @@ function checkReplayFile(file: string): void {
   } catch (error) {
     throw new UsageError(`cannot read ${file}: ${errorMessage(error)}`);
   }
-}
-
-/**
- * The `--to` handler: puts the record's original message, byte for byte, on the target. An HTTP
- * ingress that answers 4xx has judged the event (dead now); a redirect is FORWARD_REDIRECTED;
- * anything else is retried.
- */
-function injector(target: Target, source: ReplaySource) {
-  return async (_event: unknown, context: HandlerContext): Promise<void> => {
-    const body = source.bodyOf(context.messageId);
-    if (body === undefined) throw new Error(`no message kept for ${context.messageId}`);
-    const delivery = await target.send({ body, eventId: context.eventId, eventType: context.eventType });
-    if (delivery.accepted) return;
-    const reason = `${target.name} answered ${delivery.detail}`;
-    const status = delivery.status ?? 0;
-    if (status >= 300 && status < 400) throw new ForwardError('FORWARD_REDIRECTED', reason);
-    if (status >= 400 && status < 500 && status !== 408 && status !== 429) throw new DeadLetterError(reason);
-    throw new RetryLaterError(
-      reason,
-      delivery.retryAfterSeconds === undefined ? {} : { delayMs: delivery.retryAfterSeconds * 1000 },
-    );
-  };
 }

@@ -10,11 +10,15 @@
 import type { Logger } from 'pino';
 import type { z } from 'zod';
 import { ConfigError } from './errors.js';
+import type { ReplayReader, ReplayReaderContext } from './replay-reader.js';
 import type { SourceAdapter } from './source-adapter.js';
 import type { Target } from './target.js';
 
-/** Which end a spec opens: `run --source` reads from it, `--to` puts envelopes on it. */
-export type SpecRole = 'source' | 'target';
+/**
+ * Which end a spec opens: `run --source` reads from it, `--to` puts envelopes on it, `replay`
+ * reads dead events back from it.
+ */
+export type SpecRole = 'source' | 'target' | 'replay';
 
 /** The explicit form of an HTTP ingress (`--source`, `--to`), for a URL that also reads as a queue. */
 export const HTTP_INGRESS_PREFIX = 'http-ingress:';
@@ -75,6 +79,15 @@ export interface TransportDescriptor<Key extends string = string, Schema extends
     /** How a `--to` names it, for the usage text. */
     readonly forms: string;
     open(spec: string, context: TargetContext): Promise<Target>;
+  };
+  /**
+   * `replay SOURCE`: reads dead events back from where this transport keeps them (a file, a
+   * dead-letter queue, a hub). Its module is loaded only when opened.
+   */
+  readonly replay?: {
+    /** How a replay SOURCE names it, for the usage text. */
+    readonly forms: string;
+    open(spec: string, context: ReplayReaderContext): Promise<ReplayReader>;
   };
 }
 

@@ -1,0 +1,215 @@
+import {
+  EventHubConsumerClient,
+  type EventPosition,
+  earliestEventPosition,
+  type PartitionProperties,
+  type ReceivedEventData,
+  type Subscription,
+} from '@azure/event-hubs';
+import { AdapterError, ConfigError, errorMessage } from '../../src/core/errors.js';
+import { redact } from '../../src/core/redact.js';
+import {
+  createSideChannelReader,
+  type ReplayReader,
+  type ReplayReaderContext,
+  type SideChannel,
+  type SideChannelMessage,
+} from '../../src/core/replay-reader.js';
+import { Waker } from '../../src/core/waker.js';
+import { envelopeText } from './body.js';
+import { CLI_SCHEME, ENV_CONNECTION_STRING } from './names.js';
+import { HUB_NAME } from './options.js';
+import { POISON_PROPERTIES } from './poison-hub.js';
+
+/** Events read ahead per run, at most, before the partitions' reads wait for the replay. */
+const READ_AHEAD = 200;
+
+/**
+ * `replay azure-event-hubs:HUB`: reads the hub (a poison hub, or a main hub over a time window),
+ * never consumes it. Every partition is read on its own (no load balancing, no checkpoints) with
+ * `context.consumerGroup`, from `since` (enqueued time) or the oldest event retained, to `until`
+ * or the partition's last event when the run started. The code comes from the poison copy's
+ * `partner-events-dead-code` property.
+ */
+export async function eventHubsReplayReader(
+  spec: string,
+  context: ReplayReaderContext,
+  env: NodeJS.ProcessEnv = process.env,
+): Promise<ReplayReader> {
+  const hub = spec.slice(CLI_SCHEME.length);
+  if (!spec.startsWith(CLI_SCHEME) || !HUB_NAME.test(hub)) {
+    throw new ConfigError(`replay ${redact(spec)}: expected ${CLI_SCHEME}HUB_NAME`);
+  }
+  const connectionString = env[ENV_CONNECTION_STRING];
+  if (!connectionString) throw new ConfigError(`replay ${redact(spec)} needs ${ENV_CONNECTION_STRING}`);
+  if (context.consumerGroup === '$Default') {
+    context.logger.warn(
+      { event_hub: hub, consumer_group: '$Default' },
+      'reading with the consumer group $Default: if the worker uses it too, give replay a group of its own (--consumer-group)',
+    );
+  }
+  let client: EventHubConsumerClient;
+  try {
+    client = new EventHubConsumerClient(context.consumerGroup, connectionString, hub);
+  } catch (cause) {
+    throw new ConfigError(`${ENV_CONNECTION_STRING} is not usable: ${errorMessage(cause)}`, { cause });
+  }
+  const channel = new HubChannel(client, `event-hubs:${hub}`, context);
+  try {
+    await channel.start();
+  } catch (error) {
+    await client.close();
+    throw new AdapterError(`cannot read ${channel.name}: ${errorMessage(error)}`, { cause: error });
+  }
+  return createSideChannelReader(channel, context);
+}
+
+/** Where one partition's read starts and ends. */
+interface PartitionRange {
+  readonly partitionId: string;
+  readonly start: EventPosition;
+  /** The last event when the run started: the read ends there. */
+  readonly lastSequenceNumber: number;
+  /** Events in the range, when known (no `since`). */
+  readonly count: number | undefined;
+}
+
+class HubChannel implements SideChannel {
+  readonly kind = 'hub';
+  readonly name: string;
+  readonly #client: EventHubConsumerClient;
+  readonly #context: ReplayReaderContext;
+  readonly #buffer: SideChannelMessage[] = [];
+  readonly #arrived = new Waker();
+  readonly #drained = new Waker();
+  readonly #subscriptions: Subscription[] = [];
+  readonly #open = new Set<string>();
+  readonly #stopped = new AbortController();
+  #ranges: PartitionRange[] = [];
+  #failure: unknown;
+
+  constructor(client: EventHubConsumerClient, name: string, context: ReplayReaderContext) {
+    this.#client = client;
+    this.name = name;
+    this.#context = context;
+  }
+
+  /** Reads each partition's end as it is now, then subscribes to the partitions with events to read. */
+  async start(): Promise<void> {
+    const ids = await this.#client.getPartitionIds();
+    const ranges = await Promise.all(
+      ids.map(async (id) => this.#rangeOf(await this.#client.getPartitionProperties(id))),
+    );
+    this.#ranges = ranges.filter((r): r is PartitionRange => r !== undefined);
+    for (const range of this.#ranges) this.#subscribe(range);
+  }
+
+  async fetch(max: number, signal: AbortSignal): Promise<readonly SideChannelMessage[] | null> {
+    if (this.#failure !== undefined) throw this.#failure;
+    if (this.#buffer.length === 0) {
+      if (this.#open.size === 0) return null;
+      const wait = AbortSignal.any([signal, AbortSignal.timeout(1000)]);
+      await this.#arrived.wait(wait);
+    }
+    const batch = this.#buffer.splice(0, max);
+    this.#drained.wake();
+    return batch;
+  }
+
+  // A hub is read, never changed.
+  async remove(): Promise<void> {}
+  async release(): Promise<void> {}
+  async renew(): Promise<void> {}
+
+  async total(): Promise<number | undefined> {
+    let sum = 0;
+    for (const range of this.#ranges) {
+      if (range.count === undefined) return undefined;
+      sum += range.count;
+    }
+    return sum;
+  }
+
+  async close(): Promise<void> {
+    this.#stopped.abort();
+    this.#drained.wake();
+    await Promise.all(this.#subscriptions.map((s) => s.close()));
+    await this.#client.close();
+  }
+
+  #rangeOf(p: PartitionProperties): PartitionRange | undefined {
+    const { since, until } = this.#context;
+    if (p.isEmpty) return undefined;
+    if (since !== undefined && p.lastEnqueuedOnUtc.getTime() < since) return undefined;
+    const start: EventPosition =
+      since === undefined ? earliestEventPosition : { enqueuedOn: new Date(since - 1) };
+    const count =
+      since === undefined && until === undefined
+        ? p.lastEnqueuedSequenceNumber - p.beginningSequenceNumber + 1
+        : undefined;
+    return { partitionId: p.partitionId, start, lastSequenceNumber: p.lastEnqueuedSequenceNumber, count };
+  }
+
+  #subscribe(range: PartitionRange): void {
+    this.#open.add(range.partitionId);
+    const subscription = this.#client.subscribe(
+      range.partitionId,
+      {
+        processEvents: (events) => this.#onEvents(range, events),
+        processError: async (error) => {
+          this.#context.logger.warn(
+            { source: this.name, partition_id: range.partitionId, err: errorMessage(error) },
+            'reading the hub failed: the SDK retries',
+          );
+        },
+      },
+      { startPosition: range.start, maxBatchSize: 50, maxWaitTimeInSeconds: 1, skipParsingBodyAsJson: true },
+    );
+    this.#subscriptions.push(subscription);
+  }
+
+  /** Buffers the partition's events up to the end of its range; waits while the buffer is full. */
+  async #onEvents(range: PartitionRange, events: ReceivedEventData[]): Promise<void> {
+    if (!this.#open.has(range.partitionId)) return;
+    const until = this.#context.until;
+    for (const event of events) {
+      if (until !== undefined && event.enqueuedTimeUtc.getTime() > until) {
+        this.#end(range.partitionId);
+        return;
+      }
+      this.#buffer.push(hubMessage(event, range.partitionId));
+      if (event.sequenceNumber >= range.lastSequenceNumber) {
+        this.#end(range.partitionId);
+        return;
+      }
+    }
+    this.#arrived.wake();
+    while (this.#buffer.length >= READ_AHEAD && !this.#stopped.signal.aborted) {
+      await this.#drained.wait(this.#stopped.signal);
+    }
+  }
+
+  #end(partitionId: string): void {
+    this.#open.delete(partitionId);
+    this.#arrived.wake();
+  }
+}
+
+function hubMessage(event: ReceivedEventData, partitionId: string): SideChannelMessage {
+  const properties = event.properties ?? {};
+  const code = properties[POISON_PROPERTIES.code];
+  const original = Date.parse(String(properties[POISON_PROPERTIES.enqueuedTime] ?? ''));
+  return {
+    id: `${partitionId}:${event.sequenceNumber}`,
+    body: envelopeText(event.body),
+    attempt: 1,
+    // A poison copy's age is measured from when the main hub accepted the event.
+    enqueuedAt: Number.isNaN(original) ? event.enqueuedTimeUtc.getTime() : original,
+    metadata: {
+      partition_id: partitionId,
+      sequence_number: event.sequenceNumber,
+      enqueued_time: event.enqueuedTimeUtc.toISOString(),
+    },
+    ...(typeof code === 'string' ? { recordedCode: code } : {}),
+  };
+}

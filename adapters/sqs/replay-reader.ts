@@ -1,0 +1,133 @@
+import {
+  ChangeMessageVisibilityCommand,
+  DeleteMessageCommand,
+  GetQueueAttributesCommand,
+  type Message,
+  ReceiveMessageCommand,
+  SQSClient,
+} from '@aws-sdk/client-sqs';
+import { ConfigError } from '../../src/core/errors.js';
+import { redact } from '../../src/core/redact.js';
+import {
+  createSideChannelReader,
+  type ReplayReader,
+  type ReplayReaderContext,
+  type SideChannel,
+  type SideChannelMessage,
+} from '../../src/core/replay-reader.js';
+import { sqsFailure } from './errors.js';
+import { toSqsMessage } from './message.js';
+import { queueNameOf, SQS_MAX_BATCH, SQS_MAX_VISIBILITY_SECONDS } from './options.js';
+import { cliClientConfig, queueUrlOfSpec } from './url.js';
+
+/** The longest long poll SQS allows. */
+const MAX_WAIT_SECONDS = 20;
+
+/** An SQS message as replay reads it: its receipt handle names it for delete and visibility. */
+interface SqsReplayMessage extends SideChannelMessage {
+  readonly receiptHandle: string;
+}
+
+/**
+ * `replay sqs:QUEUE_URL` (typically the worker's dead-letter queue): long polls with the run's
+ * visibility timeout; a message done is deleted, any other is made visible again. The code comes
+ * from the `partner_events_code` attribute the worker's `deadLetterQueue` sends; messages that
+ * SQS moved itself (a redrive policy) have none.
+ */
+export function sqsReplayReader(spec: string, context: ReplayReaderContext): ReplayReader {
+  const queueUrl = queueUrlOfSpec(spec);
+  if (!/^https?:\/\/[^/]+\/.+/.test(queueUrl))
+    throw new ConfigError(`replay ${redact(spec)}: expected sqs:QUEUE_URL`);
+  const client = new SQSClient(cliClientConfig(queueUrl));
+  return createSideChannelReader(sqsChannel(client, queueUrl, context), context);
+}
+
+function sqsChannel(
+  client: SQSClient,
+  queueUrl: string,
+  context: ReplayReaderContext,
+): SideChannel<SqsReplayMessage> {
+  const name = `sqs:${queueNameOf(queueUrl)}`;
+  const visibility = Math.min(SQS_MAX_VISIBILITY_SECONDS, context.visibilityTimeoutSeconds);
+  const waitSeconds = Math.max(1, Math.min(MAX_WAIT_SECONDS, Math.ceil(context.settleMs / 1000)));
+  const setVisibility = async (message: SqsReplayMessage, seconds: number) => {
+    try {
+      await client.send(
+        new ChangeMessageVisibilityCommand({
+          QueueUrl: queueUrl,
+          ReceiptHandle: message.receiptHandle,
+          VisibilityTimeout: seconds,
+        }),
+      );
+    } catch (error) {
+      throw sqsFailure('ChangeMessageVisibility', name, error);
+    }
+  };
+  return {
+    name,
+    kind: 'queue',
+    async fetch(max, signal) {
+      let messages: Message[];
+      try {
+        const output = await client.send(
+          new ReceiveMessageCommand({
+            QueueUrl: queueUrl,
+            MaxNumberOfMessages: Math.min(SQS_MAX_BATCH, max),
+            WaitTimeSeconds: waitSeconds,
+            VisibilityTimeout: visibility,
+            MessageSystemAttributeNames: ['SentTimestamp', 'ApproximateReceiveCount'],
+            MessageAttributeNames: ['All'],
+          }),
+          { abortSignal: signal },
+        );
+        messages = output.Messages ?? [];
+      } catch (error) {
+        if (signal.aborted) return [];
+        throw sqsFailure('ReceiveMessage', name, error);
+      }
+      const now = Date.now();
+      return messages.map((m) => replayMessage(m, name, now));
+    },
+    async remove(message) {
+      try {
+        await client.send(
+          new DeleteMessageCommand({ QueueUrl: queueUrl, ReceiptHandle: message.receiptHandle }),
+        );
+      } catch (error) {
+        throw sqsFailure('DeleteMessage', name, error);
+      }
+    },
+    release: (message) => setVisibility(message, 0),
+    async renew(messages) {
+      await Promise.all(messages.map((m) => setVisibility(m, visibility)));
+    },
+    async total() {
+      const { Attributes = {} } = await client.send(
+        new GetQueueAttributesCommand({
+          QueueUrl: queueUrl,
+          AttributeNames: ['ApproximateNumberOfMessages'],
+        }),
+      );
+      const n = Number(Attributes.ApproximateNumberOfMessages);
+      return Number.isFinite(n) ? n : undefined;
+    },
+    close: async () => client.destroy(),
+  };
+}
+
+/** The message, its recorded code and first enqueue time from the attributes the worker sent, if any. */
+function replayMessage(message: Message, queue: string, receivedAt: number): SqsReplayMessage {
+  const sqs = toSqsMessage(message, queue, receivedAt);
+  const attributes = message.MessageAttributes ?? {};
+  const code = attributes.partner_events_code?.StringValue;
+  const sentAt = Number(attributes.partner_events_sent_timestamp?.StringValue);
+  return {
+    id: sqs.id,
+    body: sqs.body,
+    attempt: sqs.attempt,
+    enqueuedAt: Number.isSafeInteger(sentAt) && sentAt > 0 ? sentAt : sqs.enqueuedAt,
+    receiptHandle: sqs.receiptHandle,
+    metadata: { ...sqs.metadata, ...(code === undefined ? {} : { recorded_code: code }) },
+    ...(code === undefined ? {} : { recordedCode: code }),
+  };
+}

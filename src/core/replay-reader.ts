@@ -1,0 +1,265 @@
+/**
+ * What `replay` reads from: a JSONL file, or a broker's side channel (an SQS dead-letter queue, a
+ * Storage Queue `-poison` queue, an Event Hubs hub). Each transport that can be replayed from
+ * gives a `ReplayReader` (its `adapters/<name>/replay-reader.ts`); brokers describe their channel
+ * in a few calls (`SideChannel`) and `createSideChannelReader` turns it into a reader with the
+ * rules every broker shares: each message is handed out once per run, retried in memory, deleted
+ * only once done, released (visible again) when it failed or was left out, and the run ends when
+ * nothing new arrives for the settle period.
+ */
+import type { Logger } from 'pino';
+import { errorMessage } from './errors.js';
+import type { Outcome } from './outcome.js';
+import type { RawMessage, SourceAdapter } from './source-adapter.js';
+import { Waker } from './waker.js';
+
+/** One message read for a replay. */
+export interface ReplayMessage extends RawMessage {
+  /** 1-based order in which this run read it (a file's line number). */
+  readonly position: number;
+  /** A file's line number; absent for broker messages. */
+  readonly line?: number;
+  /** The code the side channel says the event was dead-lettered with, when it says one. */
+  readonly recordedCode?: string;
+}
+
+/**
+ * A source the replay engine drives. Settling maps onto the side channel: `ack` (forwarded,
+ * injected, or already done) deletes a queue message; `dead` (still failing, rejected) leaves it
+ * there, visible again; `retry` is retried by the reader itself. A hub is never changed.
+ */
+export interface ReplayReader<M extends ReplayMessage = ReplayMessage> extends SourceAdapter<M> {
+  /** `file`, `queue` (drained) or `hub` (read, never consumed). */
+  readonly kind: 'file' | 'queue' | 'hub';
+  /** How many messages the run will read, when known (for the progress line's ETA). */
+  total(): Promise<number | undefined>;
+  /** A message the filters leave out: untouched, and visible again at once. */
+  skip(message: M): Promise<void>;
+  /** A message only looked at (dry run): kept hidden until `close`, then visible again, unchanged. */
+  hold(message: M): Promise<void>;
+}
+
+/** What a replay reader is opened with (from `replay`'s flags). */
+export interface ReplayReaderContext {
+  readonly logger: Logger;
+  /** Queues: the run ends once nothing new was received for this long. */
+  readonly settleMs: number;
+  /** Read at most this many messages (`--max`). */
+  readonly max: number | undefined;
+  /** Queues: how long a message this run holds stays hidden; renewed while it is held. */
+  readonly visibilityTimeoutSeconds: number;
+  /** Hubs: read events the hub accepted at or after this time (ms); default the oldest retained. */
+  readonly since: number | undefined;
+  /** Hubs: up to this time (ms); default the end of each partition when the run started. */
+  readonly until: number | undefined;
+  /** Hubs: the consumer group to read with (never the worker's checkpoints). */
+  readonly consumerGroup: string;
+}
+
+/** A broker message before the reader numbers it. */
+export type SideChannelMessage = Omit<ReplayMessage, 'position'>;
+
+/** The few broker calls a side channel needs; each broker's replay-reader.ts implements them. */
+export interface SideChannel<M extends SideChannelMessage = SideChannelMessage> {
+  readonly name: string;
+  /** `queue`: hidden while held, deleted when done. `hub`: read only (the other calls do nothing). */
+  readonly kind: 'queue' | 'hub';
+  /**
+   * Up to `max` messages, waiting a short while for them; `[]` when none came, `null` when none
+   * ever will (a hub read to its end). A queue may return messages this run has seen before.
+   */
+  fetch(max: number, signal: AbortSignal): Promise<readonly M[] | null>;
+  /** The message is done: delete it from the queue. */
+  remove(message: M): Promise<void>;
+  /** Visible again now, unchanged. */
+  release(message: M): Promise<void>;
+  /** Keep these hidden for another visibility timeout. */
+  renew(messages: readonly M[]): Promise<void>;
+  total(): Promise<number | undefined>;
+  close(): Promise<void>;
+}
+
+/** What the shared rules read of the context. */
+export type SideChannelContext = Pick<
+  ReplayReaderContext,
+  'logger' | 'settleMs' | 'max' | 'visibilityTimeoutSeconds'
+>;
+
+type Numbered<M extends SideChannelMessage> = M & { readonly position: number };
+
+/** A side channel as a replay reader (see the module comment for the rules). */
+export function createSideChannelReader<M extends SideChannelMessage>(
+  channel: SideChannel<M>,
+  context: SideChannelContext,
+): ReplayReader<Numbered<M>> {
+  return new SideChannelReader(channel, context);
+}
+
+class SideChannelReader<M extends SideChannelMessage> implements ReplayReader<Numbered<M>> {
+  readonly name: string;
+  readonly kind: 'queue' | 'hub';
+  readonly maxBatchSize = 10;
+  readonly #channel: SideChannel<M>;
+  readonly #context: SideChannelContext;
+  /** Ids handed out this run: a queue message seen again is parked, not handled twice. */
+  readonly #seen = new Set<string>();
+  readonly #inFlight = new Map<string, Numbered<M>>();
+  readonly #delayed = new Map<string, { message: Numbered<M>; timer: NodeJS.Timeout }>();
+  /** Hidden until close: held by a dry run, or seen again after this run released it. */
+  readonly #parked = new Map<string, M>();
+  readonly #ready: Numbered<M>[] = [];
+  readonly #waker = new Waker();
+  readonly #renewTimer: NodeJS.Timeout | undefined;
+  #read = 0;
+  #exhausted = false;
+  #lastNewAt = Date.now();
+
+  constructor(channel: SideChannel<M>, context: SideChannelContext) {
+    this.#channel = channel;
+    this.#context = context;
+    this.name = channel.name;
+    this.kind = channel.kind;
+    if (channel.kind === 'queue') {
+      const everyMs = Math.max(250, (context.visibilityTimeoutSeconds * 1000) / 3);
+      this.#renewTimer = setInterval(() => void this.#renew(), everyMs);
+      this.#renewTimer.unref();
+    }
+  }
+
+  total(): Promise<number | undefined> {
+    return this.#channel.total().then((n) => {
+      const max = this.#context.max;
+      return n === undefined || max === undefined ? n : Math.min(n, max);
+    });
+  }
+
+  async receive(max: number, signal: AbortSignal): Promise<readonly Numbered<M>[] | null> {
+    if (this.#ready.length > 0) return this.#handOut(this.#ready.splice(0, max));
+    if (!this.#exhausted && !signal.aborted) {
+      const fresh = await this.#fetchNew(max, signal);
+      if (fresh.length > 0) return this.#handOut(fresh);
+      if (!this.#exhausted) return [];
+    }
+    if (this.#inFlight.size === 0 && this.#delayed.size === 0 && this.#ready.length === 0) return null;
+    // Only messages being handled or waiting for a retry remain: wait for one of them.
+    await this.#waker.wait(signal);
+    return [];
+  }
+
+  async settle(message: Numbered<M>, outcome: Outcome): Promise<void> {
+    this.#inFlight.delete(message.id);
+    try {
+      if (outcome.kind === 'retry') {
+        const timer = setTimeout(() => {
+          this.#delayed.delete(message.id);
+          this.#ready.push({ ...message, attempt: message.attempt + 1 });
+          this.#waker.wake();
+        }, outcome.delayMs);
+        this.#delayed.set(message.id, { message, timer });
+      } else if (outcome.kind === 'ack') {
+        await this.#channel.remove(message);
+      } else {
+        await this.#channel.release(message);
+      }
+    } finally {
+      this.#waker.wake();
+    }
+  }
+
+  async skip(message: Numbered<M>): Promise<void> {
+    this.#inFlight.delete(message.id);
+    try {
+      await this.#channel.release(message);
+    } finally {
+      this.#waker.wake();
+    }
+  }
+
+  async hold(message: Numbered<M>): Promise<void> {
+    this.#inFlight.delete(message.id);
+    this.#parked.set(message.id, message);
+    this.#waker.wake();
+  }
+
+  /** Stops renewing, then makes every message it still holds visible again. */
+  async close(): Promise<void> {
+    clearInterval(this.#renewTimer);
+    const held: M[] = [...this.#parked.values(), ...this.#inFlight.values(), ...this.#ready];
+    for (const { message, timer } of this.#delayed.values()) {
+      clearTimeout(timer);
+      held.push(message);
+    }
+    this.#parked.clear();
+    this.#inFlight.clear();
+    this.#delayed.clear();
+    this.#ready.length = 0;
+    await Promise.all(held.map((message) => this.#releaseQuietly(message)));
+    this.#waker.wake();
+    await this.#channel.close();
+  }
+
+  /** New messages from the channel; ends the read at `--max`, at the channel's end, or when quiet. */
+  async #fetchNew(max: number, signal: AbortSignal): Promise<Numbered<M>[]> {
+    const left = this.#context.max === undefined ? max : Math.min(max, this.#context.max - this.#read);
+    if (left <= 0) {
+      this.#exhausted = true;
+      return [];
+    }
+    const batch = await this.#channel.fetch(left, signal);
+    if (batch === null) {
+      this.#exhausted = true;
+      return [];
+    }
+    const fresh: Numbered<M>[] = [];
+    for (const message of batch) {
+      if (this.#seen.has(message.id) || fresh.length >= left || signal.aborted) {
+        await this.#parkOrRelease(message);
+        continue;
+      }
+      this.#seen.add(message.id);
+      fresh.push({ ...message, attempt: 1, position: ++this.#read });
+    }
+    if (fresh.length > 0) this.#lastNewAt = Date.now();
+    else if (this.kind === 'queue' && Date.now() - this.#lastNewAt >= this.#context.settleMs) {
+      this.#exhausted = true;
+    }
+    return fresh;
+  }
+
+  /** Seen before: parked until close (so a released message does not come round again and again). */
+  async #parkOrRelease(message: M): Promise<void> {
+    if (this.#seen.has(message.id)) this.#parked.set(message.id, message);
+    else await this.#releaseQuietly(message);
+  }
+
+  #handOut(messages: Numbered<M>[]): Numbered<M>[] {
+    for (const message of messages) this.#inFlight.set(message.id, message);
+    return messages;
+  }
+
+  async #renew(): Promise<void> {
+    const held: M[] = [...this.#parked.values(), ...this.#inFlight.values(), ...this.#ready];
+    for (const { message } of this.#delayed.values()) held.push(message);
+    if (held.length === 0) return;
+    try {
+      await this.#channel.renew(held);
+    } catch (error) {
+      this.#context.logger.warn(
+        { source: this.name, err: errorMessage(error) },
+        'could not keep held messages hidden: another reader may get them',
+      );
+    }
+  }
+
+  async #releaseQuietly(message: M): Promise<void> {
+    try {
+      await this.#channel.release(message);
+    } catch (error) {
+      // It becomes visible anyway when its visibility timeout ends.
+      this.#context.logger.warn(
+        { source: this.name, message_id: message.id, err: errorMessage(error) },
+        'could not release a message: it is visible again after its visibility timeout',
+      );
+    }
+  }
+}
