@@ -49,7 +49,8 @@ function sqsChannel(
 ): SideChannel<SqsReplayMessage> {
   const name = `sqs:${queueNameOf(queueUrl)}`;
   const visibility = Math.min(SQS_MAX_VISIBILITY_SECONDS, context.visibilityTimeoutSeconds);
-  const waitSeconds = Math.max(1, Math.min(MAX_WAIT_SECONDS, Math.ceil(context.settleMs / 1000)));
+  // Several polls per settle period: one long poll that outlasts it would be all the run waits.
+  const waitSeconds = Math.max(1, Math.min(MAX_WAIT_SECONDS, Math.floor(context.settleMs / 3000)));
   const setVisibility = async (message: SqsReplayMessage, seconds: number) => {
     try {
       await client.send(
