@@ -32,6 +32,22 @@ export interface RunSeries {
   readonly usPerEvent: number;
   /** events/s of each repetition. */
   readonly runs: readonly number[];
+  /** The process's CPU time (user + system, all threads) per event: median, and each repetition. */
+  readonly cpuUsPerEvent: number;
+  readonly cpuRuns: readonly number[];
+}
+
+/** A ratio taken in each repetition (both sides run back to back), summarised. */
+export interface RatioSpread {
+  readonly median: number;
+  readonly min: number;
+  readonly max: number;
+}
+
+/** One timed run: wall ms and CPU µs. */
+interface Timed {
+  readonly ms: number;
+  readonly cpuUs: number;
 }
 
 export interface PipelineSizeResult {
@@ -45,8 +61,16 @@ export interface PipelineSizeResult {
   readonly floor: RunSeries | null;
   /** Informational: the floor plus the second write the pipeline makes (claim + complete). */
   readonly floorClaimComplete: RunSeries | null;
-  /** pipeline events/s ÷ floor events/s. */
+  /** pipeline events/s ÷ floor events/s (medians). */
   readonly ratio: number | null;
+  /**
+   * Per repetition: pipeline ÷ floor and ÷ floor+c by events/s (wall) and by CPU per event
+   * (floor CPU ÷ pipeline CPU), each the median of the repetitions with its min and max.
+   */
+  readonly ratios: {
+    readonly floor: { readonly wall: RatioSpread; readonly cpu: RatioSpread };
+    readonly floorClaimComplete: { readonly wall: RatioSpread; readonly cpu: RatioSpread };
+  } | null;
   readonly memory: {
     /** Process RSS / heap used after the inputs were built, before any run. */
     readonly rssBeforeBytes: number;
@@ -58,6 +82,13 @@ export interface PipelineSizeResult {
     readonly heapUsedAfterGcBytes: number;
     /** Message bytes held by the source during one run (the inputs alone). */
     readonly inputBytes: number;
+    /** Bytes of one envelope. */
+    readonly envelopeBytes: number;
+    /**
+     * Heap held per in-flight event beyond its input string: `concurrency` events held in their
+     * handlers, after a full GC, minus the same consumer idle, ÷ concurrency.
+     */
+    readonly heapPerInFlightBytes: number;
   };
 }
 
@@ -95,7 +126,7 @@ export async function runPipelineOnce(
   raws: readonly string[],
   concurrency: number,
   peak?: Peak,
-): Promise<number> {
+): Promise<Timed> {
   const dir = freshDir();
   try {
     const source = createMemorySource({ endWhenEmpty: true });
@@ -111,10 +142,12 @@ export async function runPipelineOnce(
     consumer.on(EVENT_TYPE, () => {});
     gc();
     const stopSampling = peak ? sampleMemory(peak) : undefined;
+    const cpu = process.cpuUsage();
     const started = performance.now();
     await consumer.start();
     await consumer.stopped;
     const elapsed = performance.now() - started;
+    const cpuUs = cpuSince(cpu);
     stopSampling?.();
 
     let handled = 0;
@@ -125,10 +158,69 @@ export async function runPipelineOnce(
         `pipeline handled ${handled} of ${raws.length} events; e.g. ${JSON.stringify(other?.outcome)}`,
       );
     }
-    return elapsed;
+    return { ms: elapsed, cpuUs };
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
+}
+
+function cpuSince(start: NodeJS.CpuUsage): number {
+  const used = process.cpuUsage(start);
+  return used.user + used.system;
+}
+
+/**
+ * Heap per in-flight event: a consumer whose handler holds every event until released, run over
+ * `concurrency` envelopes; heap after a full GC once all are held, minus after a full GC with the
+ * same consumer and source idle (the envelopes are held by `raws` in both), ÷ concurrency.
+ */
+export async function measureHeapPerInFlight(raws: readonly string[], concurrency: number): Promise<number> {
+  const dir = freshDir();
+  try {
+    const source = createMemorySource({ endWhenEmpty: true });
+    const consumer = createConsumer({
+      source,
+      secrets: [{ id: 'current', secret: OUR_SECRET }],
+      dedupe: createSqliteDedupe({ path: join(dir, 'dedupe.sqlite') }),
+      logger: silentLogger(),
+      deadLetter: join(dir, 'dead-letters.jsonl'),
+      concurrency,
+    });
+    const held: (() => void)[] = [];
+    let allHeld: () => void = () => {};
+    const reached = new Promise<void>((resolve) => {
+      allHeld = resolve;
+    });
+    consumer.on(EVENT_TYPE, () => {
+      const { promise, resolve } = withResolvers();
+      held.push(resolve);
+      if (held.length === concurrency) allHeld();
+      return promise;
+    });
+    const inputs = raws.slice(0, concurrency);
+    for (const raw of inputs) source.send(raw);
+    gc();
+    gc();
+    const idle = process.memoryUsage().heapUsed;
+    await consumer.start();
+    await reached;
+    gc();
+    gc();
+    const busy = process.memoryUsage().heapUsed;
+    for (const release of held) release();
+    await consumer.stopped;
+    return (busy - idle) / concurrency;
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+function withResolvers(): { promise: Promise<void>; resolve: () => void } {
+  let resolve: () => void = () => {};
+  const promise = new Promise<void>((r) => {
+    resolve = r;
+  });
+  return { promise, resolve };
 }
 
 const FLOOR_BATCH = 100;
@@ -140,7 +232,7 @@ const LEASE_MS = 60_000;
  * exactly the store's), then reopened with the store's connection pragmas. One INSERT per event,
  * 100 per transaction; timing includes closing the database (as the pipeline's `stopped` does).
  */
-export async function runFloorOnce(raws: readonly string[], options: { complete: boolean }): Promise<number> {
+export async function runFloorOnce(raws: readonly string[], options: { complete: boolean }): Promise<Timed> {
   const dir = freshDir();
   try {
     const path = join(dir, 'floor.sqlite');
@@ -176,6 +268,7 @@ export async function runFloorOnce(raws: readonly string[], options: { complete:
     };
 
     gc();
+    const cpu = process.cpuUsage();
     const started = performance.now();
     for (const raw of raws) {
       const env = JSON.parse(raw) as {
@@ -194,17 +287,31 @@ export async function runFloorOnce(raws: readonly string[], options: { complete:
     }
     if (ids.length > 0) flush();
     db.close();
-    return performance.now() - started;
+    const ms = performance.now() - started;
+    return { ms, cpuUs: cpuSince(cpu) };
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
 }
 
-function series(n: number, msRuns: readonly number[]): RunSeries | null {
-  if (msRuns.length === 0) return null;
-  const runs = msRuns.map((ms) => (n / ms) * 1000);
+function series(n: number, timed: readonly Timed[]): RunSeries | null {
+  if (timed.length === 0) return null;
+  const runs = timed.map((t) => (n / t.ms) * 1000);
+  const cpuRuns = timed.map((t) => t.cpuUs / n);
   const eventsPerSec = median(runs);
-  return { eventsPerSec, usPerEvent: 1e6 / eventsPerSec, runs };
+  return { eventsPerSec, usPerEvent: 1e6 / eventsPerSec, runs, cpuUsPerEvent: median(cpuRuns), cpuRuns };
+}
+
+function spread(values: readonly number[]): RatioSpread {
+  return { median: median(values), min: Math.min(...values), max: Math.max(...values) };
+}
+
+/** Per repetition, pipeline ÷ a floor by events/s and by CPU per event. */
+function ratiosAgainst(pipeline: RunSeries, floor: RunSeries): { wall: RatioSpread; cpu: RatioSpread } {
+  return {
+    wall: spread(pipeline.runs.map((x, i) => x / (floor.runs[i] as number))),
+    cpu: spread(pipeline.cpuRuns.map((x, i) => (floor.cpuRuns[i] as number) / x)),
+  };
 }
 
 /** Warm-up, then `reps` interleaved repetitions of pipeline, floor and floor+complete. */
@@ -225,9 +332,9 @@ export async function runPipelineSize(options: PipelineSizeOptions): Promise<Pip
   }
 
   const peak: Peak = { rss: 0, heapUsed: 0 };
-  const pipelineMs: number[] = [];
-  const floorMs: number[] = [];
-  const floor2Ms: number[] = [];
+  const pipelineMs: Timed[] = [];
+  const floorMs: Timed[] = [];
+  const floor2Ms: Timed[] = [];
   for (let r = 0; r < options.reps; r++) {
     if (doPipeline) pipelineMs.push(await runPipelineOnce(raws, options.concurrency, peak));
     if (doFloor) {
@@ -237,8 +344,10 @@ export async function runPipelineSize(options: PipelineSizeOptions): Promise<Pip
   }
   gc();
   const after = process.memoryUsage();
+  const heapPerInFlightBytes = doPipeline ? await measureHeapPerInFlight(raws, options.concurrency) : 0;
   const pipeline = series(options.n, pipelineMs);
   const floor = series(options.n, floorMs);
+  const floorClaimComplete = series(options.n, floor2Ms);
   return {
     size: size.label,
     bodyBytes: size.bytes,
@@ -247,8 +356,15 @@ export async function runPipelineSize(options: PipelineSizeOptions): Promise<Pip
     concurrency: options.concurrency,
     pipeline,
     floor,
-    floorClaimComplete: series(options.n, floor2Ms),
+    floorClaimComplete,
     ratio: pipeline && floor ? pipeline.eventsPerSec / floor.eventsPerSec : null,
+    ratios:
+      pipeline && floor && floorClaimComplete
+        ? {
+            floor: ratiosAgainst(pipeline, floor),
+            floorClaimComplete: ratiosAgainst(pipeline, floorClaimComplete),
+          }
+        : null,
     memory: {
       rssBeforeBytes: before.rss,
       heapUsedBeforeBytes: before.heapUsed,
@@ -256,6 +372,8 @@ export async function runPipelineSize(options: PipelineSizeOptions): Promise<Pip
       peakHeapUsedBytes: peak.heapUsed,
       heapUsedAfterGcBytes: after.heapUsed,
       inputBytes,
+      envelopeBytes: raws[0]?.length ?? 0,
+      heapPerInFlightBytes,
     },
   };
 }

@@ -2,7 +2,10 @@
  * Section (a): the verify step alone, ours beside Stripe's and svix's webhook verification on the
  * same body bytes. Each library does its whole job: timestamp tolerance, HMAC, constant-time
  * compare, JSON.parse of the body. Ours additionally parses the envelope the body travels in.
+ * The floor does our work bare: parse the envelope, HMAC with a KeyObject, `timingSafeEqual`,
+ * parse the body (no age check, no key lookup, no field checks).
  */
+import { createHmac, createSecretKey, type KeyObject, timingSafeEqual } from 'node:crypto';
 import Stripe from 'stripe';
 import { Webhook } from 'svix';
 import { Keyring } from '../src/core/secrets.js';
@@ -23,9 +26,12 @@ export interface VerifySizeResult {
   readonly ours: VerifyTiming;
   readonly stripe: VerifyTiming;
   readonly svix: VerifyTiming;
+  readonly floor: VerifyTiming;
   /** ops/s ratios: > 1 means ours is faster. */
   readonly oursOverStripe: number;
   readonly oursOverSvix: number;
+  /** Median of the rounds' ours ÷ floor (each round runs both back to back), with min and max. */
+  readonly oursOverFloor: { readonly median: number; readonly min: number; readonly max: number };
 }
 
 export interface VerifyBenchOptions {
@@ -88,7 +94,9 @@ export function runVerifyBench(options: VerifyBenchOptions): VerifySizeResult[] 
       if (ours.eventId !== s.event_id || ours.eventId !== v.event_id) throw new Error('verifiers disagree');
     }
 
-    const impls: { name: 'ours' | 'stripe' | 'svix'; op: Op }[] = [
+    const key = createSecretKey(Buffer.from(OUR_SECRET, 'utf8'));
+    const impls: { name: 'ours' | 'stripe' | 'svix' | 'floor'; op: Op }[] = [
+      { name: 'floor', op: (i) => bareVerify(get(i).ourRaw, key) },
       { name: 'ours', op: (i) => verifyMessage(get(i).ourRaw, { keyring }).payload },
       {
         name: 'stripe',
@@ -129,16 +137,28 @@ export function runVerifyBench(options: VerifyBenchOptions): VerifySizeResult[] 
     const ours = timing('ours');
     const stripeT = timing('stripe');
     const svixT = timing('svix');
+    const floor = timing('floor');
+    const perRound = ours.rounds.map((x, r) => x / (floor.rounds[r] as number));
     results.push({
       size: size.label,
       bodyBytes: size.bytes,
       ours,
       stripe: stripeT,
       svix: svixT,
+      floor,
       oursOverStripe: ours.opsPerSec / stripeT.opsPerSec,
       oursOverSvix: ours.opsPerSec / svixT.opsPerSec,
+      oursOverFloor: { median: median(perRound), min: Math.min(...perRound), max: Math.max(...perRound) },
     });
   }
   if (sink < 0) console.log(sink);
   return results;
+}
+
+/** The floor: the envelope's bare operations, nothing checked that need not be. */
+function bareVerify(raw: string, key: KeyObject): unknown {
+  const env = JSON.parse(raw) as { signed_at: number; signature: string; body: string };
+  const mac = createHmac('sha256', key).update(`${env.signed_at}.`).update(env.body).digest();
+  if (!timingSafeEqual(mac, Buffer.from(env.signature, 'hex'))) throw new Error('floor: bad signature');
+  return JSON.parse(env.body);
 }
