@@ -60,14 +60,14 @@ export interface SidecarBenchOptions {
 }
 
 /** utime + stime of a live process, µs. */
-function cpuOf(pid: number): number {
+export function cpuOf(pid: number): number {
   const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
   const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
   // After the name: state is field 3, utime 14, stime 15 (1-based over the whole line).
   return (Number(fields[11]) + Number(fields[12])) * CLOCK_TICK_US;
 }
 
-function freePort(): Promise<number> {
+export function freePort(): Promise<number> {
   return new Promise((resolve, reject) => {
     const server = createServer();
     server.on('error', reject);
@@ -93,14 +93,14 @@ function once<T>(child: ChildProcess, pick: (message: unknown) => T | undefined)
   });
 }
 
-const exited = (child: ChildProcess) =>
+export const exited = (child: ChildProcess) =>
   new Promise<number | null>((resolve) => {
     if (child.exitCode !== null) resolve(child.exitCode);
     else child.once('exit', (code) => resolve(code));
   });
 
 /** The app process and the marks it reports. */
-async function startApp(delayMs: number) {
+export async function startApp(delayMs: number) {
   const child = fork(here('./sidecar-app.ts'), [], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
   const port = await once(child, (m) => (m as { listening?: number }).listening);
   return {
@@ -149,7 +149,7 @@ async function startApp(delayMs: number) {
   };
 }
 
-function startSidecar(args: string[], extraEnv: NodeJS.ProcessEnv = {}): ChildProcess {
+export function startSidecar(args: string[], extraEnv: NodeJS.ProcessEnv = {}): ChildProcess {
   const env: NodeJS.ProcessEnv = { ...process.env, PARTNER_EVENTS_SIGNING_SECRET: OUR_SECRET, ...extraEnv };
   delete env.LOG_LEVEL; // the default level, as deployed
   const child = spawn(process.execPath, ['--import', 'tsx', MAIN, 'run', ...args], {
