@@ -254,7 +254,7 @@ describe('partner-events replay', () => {
 });
 
 describe('partner-events run', () => {
-  it('forwards every event of a file source once, dead-letters the rest, and exits 0', async () => {
+  it('forwards every event of a file source once, dead-letters the rest, and exits 1 for the dead letter', async () => {
     const app = await startApp();
     try {
       const a = createTestEnvelope('daily.data.steps.created');
@@ -277,7 +277,7 @@ describe('partner-events run', () => {
         '--dead-letter',
         deadLetter,
       ]);
-      expect(result.code).toBe(0);
+      expect(result.code).toBe(1); // a file run with a dead-lettered event is not a success
       expect(app.eventIds().sort()).toEqual([a.eventId, b.eventId].sort());
       expect(readJsonl(deadLetter)).toEqual([expect.objectContaining({ code: 'TIMESTAMP_TOO_OLD' })]);
     } finally {
@@ -285,7 +285,7 @@ describe('partner-events run', () => {
     }
   });
 
-  it('drains in-flight work on SIGTERM and exits 0 without starting more', async () => {
+  it('drains in-flight work on SIGTERM without starting more (exit 1: the file was not finished)', async () => {
     const events = Array.from({ length: 3 }, () => createTestEnvelope('daily.data.steps.created'));
     const file = writeJsonl(
       'events.jsonl',
@@ -323,7 +323,7 @@ export default {
     await vi.waitFor(() => expect(cli.output()).toContain('stopping: draining in-flight events'), wait);
     writeFileSync(go, '');
     const result = await cli.done;
-    expect(result.code).toBe(0);
+    expect(result.code).toBe(1); // two lines never read: a file stopped short of its end
     // The event in flight finished; no other was started after the signal.
     expect(result.stdout.match(/^started /gm)).toHaveLength(1);
     expect(result.stdout.match(/^finished /gm)).toHaveLength(1);
@@ -352,10 +352,10 @@ export default {
     args.push('--dedupe', `sqlite:${join(dir.path, 'dedupe.db')}`, '--dead-letter', deadLetters);
     const codes: number[] = [];
     // A supervisor restarting the worker (each restart comes after the 100 ms lease ran out).
-    while (codes.at(-1) !== 0 && codes.length < 6) {
+    while ((codes.length === 0 || codes.at(-1) === 70) && codes.length < 6) {
       codes.push((await runCli(args, { env: { PARTNER_EVENTS_LEASE_MS: '100' } })).code ?? -1);
     }
-    expect(codes).toEqual([70, 70, 70, 0]);
+    expect(codes).toEqual([70, 70, 70, 1]); // the last run dead-lettered the poison event
     const records = readJsonl(deadLetters);
     expect(records).toHaveLength(1);
     expect(records[0]).toMatchObject({ event_id: poison.eventId, code: 'HANDLER_ABANDONED' });

@@ -121,7 +121,7 @@ describe('a forward answered with a redirect', () => {
           },
         },
       );
-      expect(result.code).toBe(0);
+      expect(result.code).toBe(1); // a file run with a dead-lettered event
       expect(result.stdout).not.toContain('"outcome":"handled"');
       const retried = jsonLines(result.stdout).find((l) => l.msg === 'event will be retried');
       expect(retried).toMatchObject({ code: 'FORWARD_REDIRECTED' });

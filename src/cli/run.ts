@@ -30,6 +30,7 @@ import {
 } from './common.js';
 import { handlersLoadError } from './handlers-module.js';
 import { openSource, SOURCE_FORMS } from './sources.js';
+import { createRunOutput, type RunOutput, terminalLogDestination } from './terminal-report.js';
 
 export const RUN_USAGE = `Usage: partner-events run [--config FILE] [--source SOURCE] (--forward URL | --handlers MODULE) [options]
 
@@ -53,7 +54,11 @@ With a secrets file, SIGHUP or a change of the file reloads the signing secrets.
   --consumer-group CG  Event Hubs consumer group (default $Default)
   --strict-age         measure signed_at age against the clock, not the broker's enqueue time
   --secrets-file PATH  secrets file (default: ${ENV_SECRETS_FILE} or PARTNER_EVENTS_SIGNING_SECRET[_PREVIOUS])
-  --log-level LEVEL    fatal, error, warn, info (default), debug, trace or silent`;
+  --log-level LEVEL    fatal, error, warn, info (default), debug, trace or silent
+  --pretty             lines for a person (one per event, a summary), the default on a terminal
+  --json-logs          JSON log lines only, the default when standard output is not a terminal
+
+A file source exits 1 when an event was dead-lettered or the file was not finished, else 0.`;
 
 export async function runCommand(args: string[]): Promise<number> {
   const { values, positionals } = parse(args, RUN_OPTIONS);
@@ -67,10 +72,18 @@ export async function runCommand(args: string[]): Promise<number> {
     env: configFromEnv(process.env),
     flags: runFlags(values),
   });
-  const worker = await openWorker(config);
+  const worker = await openWorker(config, prettyOutput(values));
   const ops = await serveOps(worker, config);
+  worker.output.ready(ops?.url);
   await runUntilStopped(worker, config, ops);
-  return 0;
+  return worker.output.finish();
+}
+
+/** `--pretty`, `--json-logs`, else whether standard output is a terminal. */
+function prettyOutput(values: RunValues): boolean {
+  if (values.pretty && values['json-logs']) throw new UsageError('give one of --pretty and --json-logs');
+  if (values.pretty || values['json-logs']) return Boolean(values.pretty);
+  return process.stdout.isTTY === true;
 }
 
 const RUN_OPTIONS = {
@@ -88,6 +101,8 @@ const RUN_OPTIONS = {
   'strict-age': { type: 'boolean' },
   'secrets-file': { type: 'string' },
   'log-level': { type: 'string' },
+  pretty: { type: 'boolean' },
+  'json-logs': { type: 'boolean' },
   help: { type: 'boolean', short: 'h', default: false },
 } as const;
 
@@ -125,11 +140,14 @@ interface Worker {
   readonly metrics: ConsumerMetrics;
   readonly keyring: Keyring;
   readonly logger: Logger;
+  /** The tally and, on a terminal, the lines per event (`terminal-report.ts`). */
+  readonly output: RunOutput;
 }
 
 /** Opens the source and the dedupe store and builds the consumer with its handlers (not started). */
-async function openWorker(config: SidecarConfig): Promise<Worker> {
-  const logger = createLogger(config.logLevel ? { level: config.logLevel } : {});
+async function openWorker(config: SidecarConfig, pretty: boolean): Promise<Worker> {
+  const level = config.logLevel ? { level: config.logLevel } : {};
+  const logger = createLogger(level, pretty ? terminalLogDestination() : undefined);
   const keyring = loadKeyring(config.secretsFile, warnSecretsMode(logger));
   await checkDeadLetterFile(config.deadLetter);
   const source = await openSource(config, logger);
@@ -137,6 +155,12 @@ async function openWorker(config: SidecarConfig): Promise<Worker> {
     logger,
     retentionMs: config.retentionMs,
     tenant: config.tenant,
+  });
+  const output = createRunOutput({
+    pretty,
+    source,
+    destination: config.forward ? { forward: config.forward.url } : { handlers: config.handlers as string },
+    deadLetterPath: config.deadLetter,
   });
   let consumer: Consumer | undefined;
   const metrics = new ConsumerMetrics({
@@ -154,17 +178,24 @@ async function openWorker(config: SidecarConfig): Promise<Worker> {
     dedupe,
     deadLetter: config.deadLetter,
     logger,
-    onSettled: (report) => metrics.observe(report),
+    onSettled: (report) => {
+      metrics.observe(report);
+      output.settled(report);
+    },
   });
   let forward: Forwarder | undefined;
   if (config.forward) {
-    forward = createForwarder({ ...config.forward, connections: config.concurrency });
+    forward = createForwarder({
+      ...config.forward,
+      connections: config.concurrency,
+      onAnswer: (eventId, status) => output.answered(eventId, status),
+    });
     consumer.on('*', forward).onUnknown(forward);
     logger.info({ forward: describeUrl(config.forward.url) }, 'forwarding verified events');
   } else {
     await registerHandlers(consumer, config.handlers as string);
   }
-  return { consumer, forward, source, metrics, keyring, logger };
+  return { consumer, forward, source, metrics, keyring, logger, output };
 }
 
 /** Starts /healthz, /readyz and /metrics, unless turned off; a failure stops the worker. */
@@ -204,6 +235,7 @@ async function runUntilStopped(
   const stopWatching = watchSecretsFor(worker.keyring, config.secretsFile, logger);
   const stop = (signal: NodeJS.Signals) => {
     logger.info({ signal }, 'stopping: draining in-flight events');
+    worker.output.stopping();
     void consumer.stop();
   };
   process.once('SIGTERM', stop);

@@ -46,6 +46,8 @@ export interface ForwardOptions {
    * so that every event in flight has its connection and none waits for one.
    */
   readonly connections?: number;
+  /** Told the app's HTTP status for each forward it answered (for `run`'s terminal lines). */
+  readonly onAnswer?: (eventId: string, status: number) => void;
 }
 
 /** The forward handler, and the connection pool behind it. */
@@ -112,6 +114,7 @@ export function createForwarder(options: ForwardOptions): Forwarder {
       throw new Error(`forward to ${target} ${reason}`, { cause });
     }
     unanswered = 0;
+    options.onAnswer?.(context.eventId, answer.status);
     const outcome = classifyAnswer(answer.status, answer.headers, options.url);
     if (outcome.kind === 'delivered') return;
     if (outcome.kind === 'redirected') {
