@@ -7,9 +7,9 @@
 import { spawn, spawnSync } from 'node:child_process';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
 import { createTestEnvelope, forgedEnvelope } from '../src/consumer/testing.js';
-import { type CliResult, cliEnv, collectOutput, runCli, startApp } from './support/cli.js';
+import { type CliResult, cliEnv, collectOutput, runCli, startApp, startServer } from './support/cli.js';
 import { tempDir } from './support/harness.js';
 import { jsonLines, writeJsonl } from './support/records.js';
 
@@ -23,20 +23,31 @@ function shellQuote(text: string): string {
 }
 
 /**
- * `partner-events ARGS` with its standard output and error on a pseudo-terminal (`script -qfec`,
- * which returns the child's exit code); the terminal's `\r\n` read as `\n`.
+ * Starts `partner-events ARGS` with its standard input, output and error on a pseudo-terminal
+ * (`script -qfec`, which exits with the child's code). What is written to `child.stdin` is typed
+ * at that terminal: `\x03` is a real ^C (the terminal sends SIGINT). `done` reads the terminal's
+ * `\r\n` as `\n`.
  */
-async function runOnTerminal(args: readonly string[]): Promise<CliResult> {
+function startOnTerminal(args: readonly string[]) {
   const command = `exec ${[process.execPath, '--import', 'tsx', MAIN, ...args].map(shellQuote).join(' ')}`;
   const child = spawn('script', ['-qfec', command, '/dev/null'], {
     cwd: ROOT,
     env: cliEnv(),
-    stdio: ['ignore', 'pipe', 'pipe'],
+    stdio: ['pipe', 'pipe', 'pipe'],
   });
+  const output = collectOutput(child);
   const timer = setTimeout(() => child.kill('SIGKILL'), CHILD_TIMEOUT_MS);
-  const result = await collectOutput(child).done;
-  clearTimeout(timer);
-  return { ...result, stdout: result.stdout.replaceAll('\r\n', '\n') };
+  const done = output.done.then((result): CliResult => {
+    clearTimeout(timer);
+    return { ...result, stdout: result.stdout.replaceAll('\r\n', '\n') };
+  });
+  return { child, output: output.output, done };
+}
+
+function runOnTerminal(args: readonly string[]): Promise<CliResult> {
+  const run = startOnTerminal(args);
+  run.child.stdin.end();
+  return run.done;
 }
 
 let dir: ReturnType<typeof tempDir>;
@@ -105,6 +116,37 @@ describe.skipIf(!HAS_SCRIPT)('partner-events run on a terminal', () => {
       'duplicate',
     ]);
     expect(logs.filter((l) => l.msg === 'event dead-lettered')).toHaveLength(1);
+  });
+
+  it('^C while a retry waits: stops, says what is not finished, exits 1', async () => {
+    // The app asks for the retry in 60 s (503 with Retry-After), so it is still pending at the ^C.
+    const busy = await startServer((_req, res) => res.writeHead(503, { 'retry-after': '60' }).end());
+    try {
+      const event = createTestEnvelope('daily.data.steps.created');
+      const file = writeJsonl(dir.path, 'one.jsonl', [event.raw]);
+      const run = startOnTerminal([
+        'run',
+        '--source',
+        `file:${file}`,
+        '--forward',
+        busy.url,
+        '--dedupe',
+        'memory',
+      ]);
+      await vi.waitFor(() => expect(run.output()).toMatch(/1 pending retry, next in \d+s/), {
+        timeout: CHILD_TIMEOUT_MS,
+        interval: 50,
+      });
+      run.child.stdin.write('\x03');
+      const result = await run.done;
+      expect(result.code, result.stdout).toBe(1);
+      expect(result.stdout).toContain(`<-- [503] POST ${busy.url} (HANDLER_REQUESTED_RETRY) → retry in 60s`);
+      expect(result.stdout).toContain('Stopping: finishing the events in flight…');
+      expect(result.stdout).toContain('Summary: 0 handled, 0 duplicates, 1 retried, 0 dead-lettered');
+      expect(result.stdout).toContain('Not finished: 1 retry still pending (not acked; run again or replay)');
+    } finally {
+      await busy.close();
+    }
   });
 
   it('escapes control characters of a signed event id before they reach the terminal', async () => {
