@@ -39,7 +39,8 @@ export function loadKeyring(
 }
 
 /**
- * `sqlite:PATH` (the default, one host), `redis://…` / `rediss://…` (many instances) or `memory`
+ * `sqlite:PATH` (the default, one host), `redis://…` / `rediss://…` / `redis-cluster://H:P,H:P`
+ * (many instances) or `memory`
  * (tests). With `readOnly`, a missing SQLite file is not created: an empty in-memory store stands
  * in (nothing has been recorded yet).
  */
@@ -60,7 +61,7 @@ export async function openDedupe(
     }
   }
   if (spec === 'memory') return createMemoryDedupe();
-  if (spec.startsWith('redis://') || spec.startsWith('rediss://')) {
+  if (spec.startsWith('redis://') || spec.startsWith('rediss://') || spec.startsWith('redis-cluster://')) {
     let redis: typeof import('../dedupe/redis.js');
     try {
       redis = await import('../dedupe/redis.js');
@@ -74,7 +75,9 @@ export async function openDedupe(
       ...(options.retentionMs ? { retentionMs: options.retentionMs } : {}),
     });
   }
-  throw new UsageError(`unknown --dedupe "${spec}": expected sqlite:PATH, redis://HOST:PORT or memory`);
+  throw new UsageError(
+    `unknown --dedupe "${spec}": expected sqlite:PATH, redis://HOST:PORT, redis-cluster://HOST:PORT,HOST:PORT or memory`,
+  );
 }
 
 /** A SQLite store that cannot be opened, with the file system's reason (EACCES, ENOENT, …) and what to do. */

@@ -45,7 +45,8 @@ With a secrets file, SIGHUP or a change of the file reloads the signing secrets.
   --forward URL        POST each verified body to URL (2xx = success)
   --handlers MODULE    a JS module whose default export maps event patterns to handlers,
                        or is a function (consumer) => void that registers them
-  --dedupe SPEC        sqlite:PATH (default ${DEFAULT_DEDUPE}), redis://HOST:PORT or memory
+  --dedupe SPEC        sqlite:PATH (default ${DEFAULT_DEDUPE}), redis://HOST:PORT,
+                       redis-cluster://HOST:PORT,HOST:PORT (Redis Cluster) or memory
   --dead-letter PATH   JSONL file for dead events (default partner-events-dead-letters.jsonl)
   --concurrency N      events processed at once (default 16)
   --ops-port N         /healthz, /readyz, /metrics port (default 9464; 0 = any free port)

@@ -36,7 +36,9 @@ export class StoreHealth {
       }
       return true;
     }
-    if (result.store === 'answered' && this.#failing) {
+    // A store that reports its own state decides when the outage ended: on a Redis Cluster with
+    // one master down, events of the other slots are answered all along.
+    if (result.store === 'answered' && this.#failing && this.#store.available !== false) {
       this.#failing = false;
       this.#logger.warn('dedupe store answering again');
     }

@@ -1,9 +1,17 @@
 import { randomBytes } from 'node:crypto';
-import { Redis, type RedisOptions } from 'ioredis';
+import { Cluster, Redis, type RedisOptions } from 'ioredis';
 import type { Logger } from 'pino';
 import { backoff } from '../core/backoff.js';
-import { DedupeUnavailableError, errorMessage } from '../core/errors.js';
+import { ConfigError, DedupeUnavailableError, errorMessage } from '../core/errors.js';
 import { createLogger } from '../core/logger.js';
+import {
+  ClusterHealth,
+  clusterOptions,
+  createCluster,
+  parseClusterNodes,
+  parseClusterUrl,
+  REDIS_CLUSTER_SCHEME,
+} from './redis-cluster.js';
 import {
   ABANDONED_CLAIM_MEMORY_MS,
   type ClaimResult,
@@ -13,10 +21,19 @@ import {
 } from './types.js';
 
 export interface RedisDedupeOptions {
-  /** `redis://[user:password@]host:port[/db]` or `rediss://…` for TLS. Ignored when `client` is given. */
+  /**
+   * `redis://[user:password@]host:port[/db]`, `rediss://…` for TLS, or
+   * `redis-cluster://[user:password@]host:port,host:port` for a Redis Cluster (seed nodes).
+   * Ignored when `client` is given.
+   */
   readonly url?: string;
-  /** Your own ioredis client. It should have `enableOfflineQueue: false` so an outage fails fast. */
-  readonly client?: Redis;
+  /** A Redis Cluster's seed nodes, `host:port` each (instead of a `redis-cluster://` url). */
+  readonly nodes?: readonly string[];
+  /**
+   * Your own ioredis client (`Redis`, or `Cluster` for a Redis Cluster). It should have
+   * `enableOfflineQueue: false` so an outage fails fast.
+   */
+  readonly client?: Redis | Cluster;
   /** First part of every key. Default `partner-events`. */
   readonly prefix?: string;
   /** Second part of every key, so one Redis can serve several consumers. Default `default`. */
@@ -66,6 +83,14 @@ local v = redis.call('GET', KEYS[1])
 if v and string.sub(v, 1, 2) == 'd:' then return redis.call('DEL', KEYS[1]) end
 return 0`;
 
+const SCRIPTS = [
+  ['pheClaim', 2, CLAIM],
+  ['pheExtend', 1, EXTEND],
+  ['pheComplete', 2, COMPLETE],
+  ['pheRelease', 2, RELEASE],
+  ['pheForget', 1, FORGET],
+] as const;
+
 interface DedupeCommands {
   pheClaim(
     key: string,
@@ -92,95 +117,142 @@ export const FAIL_FAST_OPTIONS = {
 } satisfies RedisOptions;
 
 /**
- * Dedupe state in Redis, for several workers on several hosts. Claim is `SET NX PX`; extend,
- * complete and release are Lua scripts that act only for the owner token. Fails closed: while
- * Redis is unreachable every call rejects with `DedupeUnavailableError`, so nothing is acked;
- * `available` turns false and the outage is logged once. Concurrent calls are pipelined.
+ * Dedupe state in Redis or a Redis Cluster, for several workers on several hosts. Each call is one
+ * round trip: a Lua script (loaded once per connection, then called by SHA) that claims with
+ * `SET NX PX`, or acts only for the owner token (extend, complete, release). Fails closed: while
+ * Redis (or, on a cluster, the master of the event's slot) is unreachable every call rejects with
+ * `DedupeUnavailableError`, so nothing is acked; `available` turns false and the outage is logged
+ * once. Concurrent calls are pipelined.
  */
 export class RedisDedupeStore implements DedupeStore {
   readonly persistence = { kind: 'server' } as const;
-  readonly #redis: Redis & DedupeCommands;
+  readonly #redis: (Redis | Cluster) & DedupeCommands;
   readonly #ownsClient: boolean;
   readonly #prefix: string;
   readonly #claimsPrefix: string;
+  /** On a cluster both keys of an event carry `{<event id>}`: one slot, so one script can touch both. */
+  readonly #hashTag: boolean;
+  readonly #health: ClusterHealth | undefined;
   readonly #logger: Logger;
   readonly #tokenPrefix = `${randomBytes(6).toString('hex')}.`;
   #tokenSeq = 0;
   #downSince: number | undefined;
   #everReady = false;
   readonly #firstReady: Promise<void>;
+  #resolveFirstReady: () => void = () => undefined;
   #checked = false;
   #closed = false;
 
   constructor(options: RedisDedupeOptions) {
-    if (!options.client && !options.url)
-      throw new DedupeUnavailableError('createRedisDedupe needs a url or a client');
     this.#logger = options.logger ?? createLogger();
     this.#ownsClient = !options.client;
-    const redis = options.client ?? new Redis(options.url as string, FAIL_FAST_OPTIONS);
-    redis.defineCommand('pheClaim', { numberOfKeys: 2, lua: CLAIM });
-    redis.defineCommand('pheExtend', { numberOfKeys: 1, lua: EXTEND });
-    redis.defineCommand('pheComplete', { numberOfKeys: 2, lua: COMPLETE });
-    redis.defineCommand('pheRelease', { numberOfKeys: 2, lua: RELEASE });
-    redis.defineCommand('pheForget', { numberOfKeys: 1, lua: FORGET });
-    this.#redis = redis as Redis & DedupeCommands;
+    const redis = options.client ?? openClient(options);
+    for (const [name, numberOfKeys, lua] of SCRIPTS) redis.defineCommand(name, { numberOfKeys, lua });
+    this.#redis = redis as (Redis | Cluster) & DedupeCommands;
+    this.#hashTag = redis.isCluster;
     const base = `${options.prefix ?? 'partner-events'}:${options.tenant ?? 'default'}`;
+    if (this.#hashTag && /[{}]/.test(base)) {
+      throw new ConfigError(`Redis Cluster: prefix and tenant must not contain { or } (got "${base}")`);
+    }
     this.#prefix = `${base}:dedupe:`;
     this.#claimsPrefix = `${base}:claims:`;
     // Until the first connection, calls wait for it (briefly); after that an outage fails fast.
-    this.#firstReady = new Promise<void>((resolve) => redis.once('ready', () => resolve()));
+    this.#firstReady = new Promise<void>((resolve) => {
+      this.#resolveFirstReady = resolve;
+    });
+    const up = () => this.#upIfServed(options.retentionMs);
     redis.on('error', (error: Error) => this.#down(error));
     redis.on('close', () => this.#down(new Error('connection closed')));
-    redis.on('ready', () => this.#up(options.retentionMs));
-    if (redis.status === 'ready') {
-      this.#firstReady = Promise.resolve();
-      this.#up(options.retentionMs);
+    if (redis instanceof Cluster) {
+      const health = new ClusterHealth(redis, (down) => (down ? this.#down(down) : up()));
+      this.#health = health;
+      // Ready once every master is connected too: without an offline queue, a command for a
+      // master whose connection is still being made would fail.
+      const connected = () => void health.connectMasters().then(up);
+      redis.on('ready', connected);
+      if (redis.status === 'ready') connected();
+    } else {
+      redis.on('ready', up);
+      if (redis.status === 'ready') up();
     }
   }
 
-  /** True while connected; the worker's readiness reads this. */
+  /** True while connected (on a cluster: while every slot's master answers); readiness reads it. */
   get available(): boolean {
-    return this.#redis.status === 'ready';
+    return this.#redis.status === 'ready' && (this.#health?.healthy ?? true);
   }
 
   async claim(eventId: string, leaseMs: number): Promise<ClaimResult> {
+    if (!this.#usable()) await this.#beforeFirstCall();
     const token = this.#tokenPrefix + (++this.#tokenSeq).toString(36);
-    const [status, ttl, claims] = await this.#call(() =>
-      this.#redis.pheClaim(
-        this.#key(eventId),
-        this.#claimsKey(eventId),
+    const tag = this.#tag(eventId);
+    let reply: [number, number, number];
+    try {
+      reply = await this.#redis.pheClaim(
+        this.#prefix + tag,
+        this.#claimsPrefix + tag,
         token,
         leaseMs,
         leaseMs + ABANDONED_CLAIM_MEMORY_MS,
-      ),
-    );
-    if (status === 1) return { status: 'claimed', token, abandoned: claims - 1 };
+      );
+    } catch (cause) {
+      throw this.#unavailable(cause);
+    }
+    const status = reply[0];
+    if (status === 1) return { status: 'claimed', token, abandoned: reply[2] - 1 };
     if (status === 2) return { status: 'duplicate' };
-    return { status: 'in_progress', retryAfterMs: Math.max(0, ttl) };
+    return { status: 'in_progress', retryAfterMs: Math.max(0, reply[1]) };
   }
 
   async extend(eventId: string, token: string, leaseMs: number): Promise<boolean> {
-    return (await this.#call(() => this.#redis.pheExtend(this.#key(eventId), token, leaseMs))) === 1;
+    if (!this.#usable()) await this.#beforeFirstCall();
+    try {
+      return (await this.#redis.pheExtend(this.#prefix + this.#tag(eventId), token, leaseMs)) === 1;
+    } catch (cause) {
+      throw this.#unavailable(cause);
+    }
   }
 
   async complete(eventId: string, token: string, retentionMs: number): Promise<boolean> {
-    return (
-      (await this.#call(() =>
-        this.#redis.pheComplete(this.#key(eventId), this.#claimsKey(eventId), token, retentionMs),
-      )) === 1
-    );
+    if (!this.#usable()) await this.#beforeFirstCall();
+    const tag = this.#tag(eventId);
+    try {
+      return (
+        (await this.#redis.pheComplete(this.#prefix + tag, this.#claimsPrefix + tag, token, retentionMs)) ===
+        1
+      );
+    } catch (cause) {
+      throw this.#unavailable(cause);
+    }
   }
 
   async release(eventId: string, token: string): Promise<void> {
-    await this.#call(() => this.#redis.pheRelease(this.#key(eventId), this.#claimsKey(eventId), token));
+    if (!this.#usable()) await this.#beforeFirstCall();
+    const tag = this.#tag(eventId);
+    try {
+      await this.#redis.pheRelease(this.#prefix + tag, this.#claimsPrefix + tag, token);
+    } catch (cause) {
+      throw this.#unavailable(cause);
+    }
   }
 
   async forget(eventId: string): Promise<boolean> {
-    return (await this.#call(() => this.#redis.pheForget(this.#key(eventId)))) === 1;
+    if (!this.#usable()) await this.#beforeFirstCall();
+    try {
+      return (await this.#redis.pheForget(this.#prefix + this.#tag(eventId))) === 1;
+    } catch (cause) {
+      throw this.#unavailable(cause);
+    }
   }
 
   async peek(eventId: string): Promise<DedupeState> {
-    const value = await this.#call(() => this.#redis.get(this.#key(eventId)));
+    if (!this.#usable()) await this.#beforeFirstCall();
+    let value: string | null;
+    try {
+      value = await this.#redis.get(this.#prefix + this.#tag(eventId));
+    } catch (cause) {
+      throw this.#unavailable(cause);
+    }
     if (value === null) return 'absent';
     return value.startsWith('d:') ? 'done' : 'in_progress';
   }
@@ -188,6 +260,7 @@ export class RedisDedupeStore implements DedupeStore {
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
+    this.#health?.stop();
     if (!this.#ownsClient) return;
     try {
       await this.#redis.quit();
@@ -196,24 +269,25 @@ export class RedisDedupeStore implements DedupeStore {
     }
   }
 
-  #key(eventId: string): string {
-    return this.#prefix + eventId;
+  /** The key suffix of an event: the id itself, or on a cluster `{<id>}` (see `hashTag`). */
+  #tag(eventId: string): string {
+    return this.#hashTag ? hashTag(eventId) : eventId;
   }
 
-  #claimsKey(eventId: string): string {
-    return this.#claimsPrefix + eventId;
+  /** The common case, checked without a promise: open, and connected at least once. */
+  #usable(): boolean {
+    return this.#everReady && !this.#closed;
   }
 
-  async #call<T>(run: () => Promise<T>): Promise<T> {
+  async #beforeFirstCall(): Promise<void> {
     if (this.#closed) throw new DedupeUnavailableError('Redis dedupe store is closed');
     if (!this.#everReady && this.#redis.status !== 'ready') await this.#waitForFirstConnection();
-    try {
-      return await run();
-    } catch (cause) {
-      throw new DedupeUnavailableError(`Redis dedupe store unavailable: ${errorMessage(cause)}`, {
-        cause,
-      });
-    }
+  }
+
+  #unavailable(cause: unknown): DedupeUnavailableError {
+    // On a cluster one slot's master can be gone while the connection as a whole is fine.
+    if (this.#health && cause instanceof Error) this.#health.markDown(cause);
+    return new DedupeUnavailableError(`Redis dedupe store unavailable: ${errorMessage(cause)}`, { cause });
   }
 
   async #waitForFirstConnection(): Promise<void> {
@@ -240,8 +314,11 @@ export class RedisDedupeStore implements DedupeStore {
     );
   }
 
-  #up(retentionMs: number | undefined): void {
+  #upIfServed(retentionMs: number | undefined): void {
+    if (this.#redis.status !== 'ready') return;
     this.#everReady = true;
+    this.#resolveFirstReady();
+    if (!this.available) return;
     if (this.#downSince !== undefined) {
       this.#logger.warn({ outage_ms: Date.now() - this.#downSince }, 'Redis dedupe store reachable again');
       this.#downSince = undefined;
@@ -281,4 +358,26 @@ export class RedisDedupeStore implements DedupeStore {
 
 export function createRedisDedupe(options: RedisDedupeOptions): RedisDedupeStore {
   return new RedisDedupeStore(options);
+}
+
+/** A client for the options: a Cluster for `redis-cluster://…` or `nodes`, else one Redis. */
+function openClient(options: RedisDedupeOptions): Redis | Cluster {
+  if (options.nodes) return createCluster(parseClusterNodes(options.nodes), clusterOptions({}));
+  if (options.url?.startsWith(REDIS_CLUSTER_SCHEME)) {
+    const { nodes, ...credentials } = parseClusterUrl(options.url);
+    return createCluster(nodes, clusterOptions(credentials));
+  }
+  if (!options.url) throw new DedupeUnavailableError('createRedisDedupe needs a url, nodes or a client');
+  return new Redis(options.url, FAIL_FAST_OPTIONS);
+}
+
+/**
+ * `{<id>}`: Redis Cluster hashes only what is between the first `{` and the next `}`, so the
+ * event's two keys share a slot. An id starting with `}` would make that tag empty (then the whole
+ * key is hashed), so such ids, and ids starting with `~` (to keep the mapping one-to-one), get a
+ * `~` in front.
+ */
+export function hashTag(eventId: string): string {
+  const first = eventId.charCodeAt(0);
+  return first === 0x7d || first === 0x7e ? `{~${eventId}}` : `{${eventId}}`;
 }

@@ -43,8 +43,11 @@ export const sidecarConfigSchema = consumerSettingsSchema
     forward: z.preprocess((v) => (typeof v === 'string' ? { url: v } : v), forwardSchema).optional(),
     /** Or: a JS module whose default export maps event patterns to handlers. */
     handlers: z.string().min(1).optional(),
-    /** `sqlite:PATH`, `redis://…`, `rediss://…` or `memory`. */
-    dedupe: z.string().min(1).default('sqlite:partner-events-dedupe.db'),
+    /**
+     * `sqlite:PATH`, `redis://…`, `rediss://…`, `redis-cluster://HOST:PORT,HOST:PORT` or `memory`;
+     * or `{ redisCluster: ['HOST:PORT', …] }`, a Redis Cluster's seed nodes as a list.
+     */
+    dedupe: z.preprocess(redisClusterList, z.string().min(1)).default('sqlite:partner-events-dedupe.db'),
     /** JSONL file for dead events. */
     deadLetter: z.string().min(1).default('partner-events-dead-letters.jsonl'),
     /** Signing secrets file (JSON key list or one raw secret), reloaded on change and SIGHUP. */
@@ -72,6 +75,14 @@ export const sidecarConfigSchema = consumerSettingsSchema
     message: 'set exactly one of forward (a URL) or handlers (a module path)',
     path: ['forward'],
   });
+
+/** `{ redisCluster: [nodes] }` → `redis-cluster://node,node`; anything else as it is. */
+function redisClusterList(value: unknown): unknown {
+  if (typeof value !== 'object' || value === null || !('redisCluster' in value)) return value;
+  const nodes = (value as { redisCluster: unknown }).redisCluster;
+  if (!Array.isArray(nodes) || nodes.length === 0 || !nodes.every((n) => typeof n === 'string')) return value;
+  return `redis-cluster://${nodes.join(',')}`;
+}
 
 export type SidecarConfigInput = z.input<typeof sidecarConfigSchema>;
 export type SidecarConfig = z.output<typeof sidecarConfigSchema>;
