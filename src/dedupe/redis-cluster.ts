@@ -95,8 +95,6 @@ export class ClusterHealth {
     this.#onChange = onChange;
     cluster.on('+node', (node: Redis) => {
       node.on('close', () => this.markDown(new Error(`connection to ${nodeName(node)} closed`)));
-      // Nodes connect lazily; connect now, so the first commands for a new master do not fail.
-      if (node.status === 'wait') node.connect().catch(() => undefined);
     });
     cluster.on('node error', (error: Error) => this.markDown(error));
   }

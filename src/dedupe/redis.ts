@@ -146,14 +146,16 @@ export class RedisDedupeStore implements DedupeStore {
   constructor(options: RedisDedupeOptions) {
     this.#logger = options.logger ?? createLogger();
     this.#ownsClient = !options.client;
-    const redis = options.client ?? openClient(options);
-    for (const [name, numberOfKeys, lua] of SCRIPTS) redis.defineCommand(name, { numberOfKeys, lua });
-    this.#redis = redis as (Redis | Cluster) & DedupeCommands;
-    this.#hashTag = redis.isCluster;
+    this.#hashTag =
+      options.client?.isCluster ??
+      (options.nodes !== undefined || options.url?.startsWith(REDIS_CLUSTER_SCHEME) === true);
     const base = `${options.prefix ?? 'partner-events'}:${options.tenant ?? 'default'}`;
     if (this.#hashTag && /[{}]/.test(base)) {
       throw new ConfigError(`Redis Cluster: prefix and tenant must not contain { or } (got "${base}")`);
     }
+    const redis = options.client ?? openClient(options);
+    for (const [name, numberOfKeys, lua] of SCRIPTS) redis.defineCommand(name, { numberOfKeys, lua });
+    this.#redis = redis as (Redis | Cluster) & DedupeCommands;
     this.#prefix = `${base}:dedupe:`;
     this.#claimsPrefix = `${base}:claims:`;
     // Until the first connection, calls wait for it (briefly); after that an outage fails fast.
