@@ -37,7 +37,8 @@ export const RUN_USAGE = `Usage: partner-events run [--config FILE] [--source SO
 Runs the worker: receives, verifies, de-duplicates, validates and hands each event to your app,
 acking only on success. Every setting can come from a config file (YAML or JSON), from an
 environment variable PARTNER_EVENTS_<SETTING> (env beats the file) and, for the common ones, a
-flag (flags beat both); see docs/sidecar.md. SIGTERM/SIGINT drain in-flight work and exit 0.
+flag (flags beat both); see docs/sidecar.md. SIGTERM/SIGINT drain in-flight work and exit 0
+(a file source stopped before its end: 1).
 With a secrets file, SIGHUP or a change of the file reloads the signing secrets.
 
   --config FILE        YAML or JSON file with any of the settings
