@@ -16,6 +16,7 @@ export const SUBPATHS = {
   './event-hubs': { source: 'adapters/event-hubs/index.ts', dist: 'adapters/event-hubs' },
   './redis': { source: 'src/dedupe/redis.ts', dist: 'dedupe/redis' },
   './lambda': { source: 'src/serverless/lambda.ts', dist: 'serverless/lambda' },
+  './azure-functions': { source: 'src/serverless/azure-functions.ts', dist: 'serverless/azure-functions' },
 } as const satisfies Record<string, { readonly source: string; readonly dist: string }>;
 
 export const PACKAGE_NAME = 'partner-health-events';
