@@ -13,7 +13,7 @@
  *
  *   npm run bench                       full run (~1 minute on 2 cores)
  *   npm run bench -- --quick            smoke test (a few seconds)
- *   npm run bench -- --only verify      some sections, comma-separated (verify, pipeline, dedupe, sidecar)
+ *   npm run bench -- --only verify      some sections, comma-separated (verify, pipeline, dedupe, sidecar, redis)
  *   npm run bench -- --sizes 300B,2KB   some sizes (the sidecar section: 300 B unless given)
  *   npm run bench -- --only sidecar --app-delay-ms 20 --sidecar-concurrency 16
  *                                       the sidecar section against a slow app
@@ -25,6 +25,7 @@ import { parseArgs } from 'node:util';
 import { type DedupeBenchRow, runDedupeBench } from './dedupe.js';
 import { SIZES, sizeByLabel } from './fixtures.js';
 import type { PipelineSizeResult, RatioSpread, RunSeries } from './pipeline.js';
+import { type RedisBenchResult, redisJson, runRedisSection } from './redis.js';
 import { runSidecarBench, type SidecarRow } from './sidecar.js';
 import { fmtFixed, fmtInt, fmtMiB, sig, table } from './stats.js';
 import { runVerifyBench, type VerifySizeResult, type VerifyTiming } from './verify.js';
@@ -41,7 +42,7 @@ const { values } = parseArgs({
 });
 const quick = values.quick;
 const sizes = values.sizes ? values.sizes.split(',').map((s) => sizeByLabel(s.trim()).label) : undefined;
-const SECTIONS = ['verify', 'pipeline', 'dedupe', 'sidecar'];
+const SECTIONS = ['verify', 'pipeline', 'dedupe', 'sidecar', 'redis'];
 const only = values.only?.split(',').map((s) => s.trim());
 const unknownSection = only?.find((s) => !SECTIONS.includes(s));
 if (unknownSection !== undefined) {
@@ -51,6 +52,7 @@ const runVerify = only === undefined || only.includes('verify');
 const runPipeline = only === undefined || only.includes('pipeline');
 const runDedupe = only === undefined || only.includes('dedupe');
 const runSidecar = only === undefined || only.includes('sidecar');
+const runRedis = only === undefined || only.includes('redis');
 
 const VERIFY_GOAL = 1; // ours at least as fast as Stripe's
 const VERIFY_FLOOR_GOAL = 0.95; // ours at least 0.95× its bare floor
@@ -382,6 +384,10 @@ if (runSidecar) {
   }
 }
 
+// ── (e) the Redis path (bench/redis.ts) ──────────────────────────────────────────────────────────
+let redisResult: RedisBenchResult | undefined;
+if (runRedis) redisResult = await runRedisSection({ quick });
+
 const totalSeconds = (performance.now() - t0) / 1000;
 console.log(`\nTotal ${totalSeconds.toFixed(1)} s`);
 
@@ -424,6 +430,7 @@ console.log(
       runs: r.runs.map((x) => ({ eventsPerSec: sig(x.eventsPerSec), cpuUsPerEvent: sig(x.cpuUsPerEvent) })),
       ...(r.wallMs === undefined ? {} : { wallMs: sig(r.wallMs) }),
     })),
+    redis: redisJson(redisResult),
     dedupe: dedupeResults.map((r) => ({ store: r.store, mode: r.mode, pairsPerSec: sig(r.pairsPerSec) })),
     verify: verifyResults.map((r) => ({
       size: r.size,

@@ -83,7 +83,8 @@ local v = redis.call('GET', KEYS[1])
 if v and string.sub(v, 1, 2) == 'd:' then return redis.call('DEL', KEYS[1]) end
 return 0`;
 
-const SCRIPTS = [
+/** The store's scripts by command name (the bench's floor sends the very same). */
+export const REDIS_SCRIPTS = [
   ['pheClaim', 2, CLAIM],
   ['pheExtend', 1, EXTEND],
   ['pheComplete', 2, COMPLETE],
@@ -154,7 +155,7 @@ export class RedisDedupeStore implements DedupeStore {
       throw new ConfigError(`Redis Cluster: prefix and tenant must not contain { or } (got "${base}")`);
     }
     const redis = options.client ?? openClient(options);
-    for (const [name, numberOfKeys, lua] of SCRIPTS) redis.defineCommand(name, { numberOfKeys, lua });
+    for (const [name, numberOfKeys, lua] of REDIS_SCRIPTS) redis.defineCommand(name, { numberOfKeys, lua });
     this.#redis = redis as (Redis | Cluster) & DedupeCommands;
     this.#prefix = `${base}:dedupe:`;
     this.#claimsPrefix = `${base}:claims:`;
