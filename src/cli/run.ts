@@ -14,6 +14,7 @@ import {
   resolveSidecarConfig,
   type SidecarConfig,
 } from '../sidecar/config.js';
+import { LiveStats } from '../sidecar/console/index.js';
 import { createForwarder, describeUrl, type Forwarder } from '../sidecar/forward.js';
 import { ConsumerMetrics } from '../sidecar/metrics.js';
 import { type OpsServer, startOpsServer } from '../sidecar/ops-server.js';
@@ -29,6 +30,7 @@ import {
   writeLine,
 } from './common.js';
 import { handlersLoadError } from './handlers-module.js';
+import { consoleFor } from './run-console.js';
 import { openSource, SOURCE_FORMS } from './sources.js';
 import { createRunOutput, type RunOutput, terminalLogDestination } from './terminal-report.js';
 
@@ -52,6 +54,7 @@ With a secrets file, SIGHUP or a change of the file reloads the signing secrets.
   --concurrency N      events processed at once (default 16)
   --ops-port N         /healthz, /readyz, /metrics port (default 9464; 0 = any free port)
   --no-ops             no ops endpoints (or --ops-port=-1)
+  --no-console         no console at / of the ops port (docs/console.md)
   --ops-host HOST      interface for the ops endpoints (default 127.0.0.1; 0.0.0.0 in a pod)
   --consumer-group CG  Event Hubs consumer group (default $Default)
   --strict-age         measure signed_at age against the clock, not the broker's enqueue time
@@ -99,6 +102,7 @@ const RUN_OPTIONS = {
   'ops-port': { type: 'string' },
   'ops-host': { type: 'string' },
   'no-ops': { type: 'boolean' },
+  'no-console': { type: 'boolean' },
   'consumer-group': { type: 'string' },
   'strict-age': { type: 'boolean' },
   'secrets-file': { type: 'string' },
@@ -129,6 +133,7 @@ function runFlags(values: RunValues): Record<string, unknown> {
     ops: {
       port: values['no-ops'] ? -1 : values['ops-port'] === undefined ? undefined : Number(values['ops-port']),
       host: values['ops-host'],
+      console: values['no-console'] ? false : undefined,
     },
   };
 }
@@ -140,6 +145,8 @@ interface Worker {
   readonly forward: Forwarder | undefined;
   readonly source: SourceAdapter;
   readonly metrics: ConsumerMetrics;
+  /** The console's live numbers. */
+  readonly live: LiveStats;
   readonly keyring: Keyring;
   readonly logger: Logger;
   /** The tally and, on a terminal, the lines per event (`terminal-report.ts`). */
@@ -173,6 +180,7 @@ async function openWorker(config: SidecarConfig, pretty: boolean): Promise<Worke
     dedupeAvailable: () => consumer?.status.dedupeAvailable ?? true,
   });
   const dedupe = metrics.countAbandonedClaims(store);
+  const live = new LiveStats();
   consumer = createConsumer({
     ...pickConsumerSettings(config),
     source,
@@ -183,6 +191,7 @@ async function openWorker(config: SidecarConfig, pretty: boolean): Promise<Worke
     onSettled: (report) => {
       metrics.observe(report);
       output.settled(report);
+      live.observe(report);
     },
   });
   let forward: Forwarder | undefined;
@@ -197,21 +206,26 @@ async function openWorker(config: SidecarConfig, pretty: boolean): Promise<Worke
   } else {
     await registerHandlers(consumer, config.handlers as string);
   }
-  return { consumer, forward, source, metrics, keyring, logger, output };
+  return { consumer, forward, source, metrics, live, keyring, logger, output };
 }
 
 /** Starts /healthz, /readyz and /metrics, unless turned off; a failure stops the worker. */
 async function serveOps(worker: Worker, config: SidecarConfig): Promise<OpsServer | undefined> {
   if (config.ops.port < 0) return undefined;
   const { consumer, source } = worker;
+  const checks = () => readiness(consumer, source, config.ops.stallAfterMs, undefined, worker.forward).checks;
+  const consoleServer = config.ops.console
+    ? consoleFor({ consumer, live: worker.live, readiness: checks }, config)
+    : undefined;
   let ops: OpsServer;
   try {
     ops = await startOpsServer({
+      console: consoleServer,
       host: config.ops.host,
       port: config.ops.port,
       registry: worker.metrics.registry,
       alive: () => consumer.status.state !== 'stopped',
-      readiness: () => readiness(consumer, source, config.ops.stallAfterMs, undefined, worker.forward).checks,
+      readiness: checks,
     });
   } catch (cause) {
     await consumer.stop(); // closes the source and the dedupe store: nothing is left listening
@@ -221,6 +235,7 @@ async function serveOps(worker: Worker, config: SidecarConfig): Promise<OpsServe
     );
   }
   worker.logger.info({ ops: ops.url }, 'operations endpoints: /healthz /readyz /metrics');
+  if (consoleServer) worker.logger.info({ console: `${ops.url}/` }, 'console: open in a browser');
   return ops;
 }
 

@@ -66,6 +66,8 @@ export const sidecarConfigSchema = consumerSettingsSchema
         host: z.string().min(1).default('127.0.0.1'),
         /** A receive pending longer than this (beyond the source's own wait) marks the worker not ready. */
         stallAfterMs: z.number().int().positive().default(120_000),
+        /** The console at `/` of the ops port (docs/console.md); `--no-console` turns it off. */
+        console: z.boolean().default(true),
       })
       .prefault({}),
     /** Default: the `LOG_LEVEL` environment variable, else `info`. */

@@ -1,4 +1,4 @@
-import { createServer, type Server } from 'node:http';
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Registry } from 'prom-client';
 
@@ -15,6 +15,8 @@ export interface OpsServerOptions {
   /** /healthz: the process is alive and its loop has not died. */
   readonly alive: () => boolean;
   readonly registry: Registry;
+  /** The console (`/` and `/console/…`), when it is on. */
+  readonly console?: { handle(req: IncomingMessage, res: ServerResponse): boolean } | undefined;
 }
 
 export interface OpsServer {
@@ -24,11 +26,12 @@ export interface OpsServer {
 
 /**
  * The operations endpoints, on their own port so they never compete with ingress traffic:
- * `/healthz` (liveness), `/readyz` (readiness, with each check's result as JSON) and `/metrics`
- * (Prometheus text format).
+ * `/healthz` (liveness), `/readyz` (readiness, with each check's result as JSON), `/metrics`
+ * (Prometheus text format) and, unless turned off, the console at `/` (docs/console.md).
  */
 export async function startOpsServer(options: OpsServerOptions): Promise<OpsServer> {
   const server: Server = createServer((req, res) => {
+    if (options.console?.handle(req, res)) return;
     const path = (req.url ?? '/').split('?')[0];
     if (req.method !== 'GET' && req.method !== 'HEAD') {
       res.writeHead(405, { allow: 'GET, HEAD' }).end();
