@@ -67,28 +67,7 @@ function sqsChannel(
   return {
     name,
     kind: 'queue',
-    async fetch(max, signal) {
-      let messages: Message[];
-      try {
-        const output = await client.send(
-          new ReceiveMessageCommand({
-            QueueUrl: queueUrl,
-            MaxNumberOfMessages: Math.min(SQS_MAX_BATCH, max),
-            WaitTimeSeconds: waitSeconds,
-            VisibilityTimeout: visibility,
-            MessageSystemAttributeNames: ['SentTimestamp', 'ApproximateReceiveCount'],
-            MessageAttributeNames: ['All'],
-          }),
-          { abortSignal: signal },
-        );
-        messages = output.Messages ?? [];
-      } catch (error) {
-        if (signal.aborted) return [];
-        throw sqsFailure('ReceiveMessage', name, error);
-      }
-      const now = Date.now();
-      return messages.map((m) => replayMessage(m, name, now));
-    },
+    fetch: (max, signal) => receiveBatch(client, { queueUrl, name, max, waitSeconds, visibility }, signal),
     async remove(message) {
       try {
         await client.send(
@@ -102,18 +81,46 @@ function sqsChannel(
     async renew(messages) {
       await Promise.all(messages.map((m) => setVisibility(m, visibility)));
     },
-    async total() {
-      const { Attributes = {} } = await client.send(
-        new GetQueueAttributesCommand({
-          QueueUrl: queueUrl,
-          AttributeNames: ['ApproximateNumberOfMessages'],
-        }),
-      );
-      const n = Number(Attributes.ApproximateNumberOfMessages);
-      return Number.isFinite(n) ? n : undefined;
-    },
+    total: () => approximateCount(client, queueUrl),
     close: async () => client.destroy(),
   };
+}
+
+/** One long poll: up to `max` messages, hidden for `visibility` seconds. */
+async function receiveBatch(
+  client: SQSClient,
+  poll: { queueUrl: string; name: string; max: number; waitSeconds: number; visibility: number },
+  signal: AbortSignal,
+): Promise<SqsReplayMessage[]> {
+  let messages: Message[];
+  try {
+    const output = await client.send(
+      new ReceiveMessageCommand({
+        QueueUrl: poll.queueUrl,
+        MaxNumberOfMessages: Math.min(SQS_MAX_BATCH, poll.max),
+        WaitTimeSeconds: poll.waitSeconds,
+        VisibilityTimeout: poll.visibility,
+        MessageSystemAttributeNames: ['SentTimestamp', 'ApproximateReceiveCount'],
+        MessageAttributeNames: ['All'],
+      }),
+      { abortSignal: signal },
+    );
+    messages = output.Messages ?? [];
+  } catch (error) {
+    if (signal.aborted) return [];
+    throw sqsFailure('ReceiveMessage', poll.name, error);
+  }
+  const now = Date.now();
+  return messages.map((m) => replayMessage(m, poll.name, now));
+}
+
+/** `ApproximateNumberOfMessages`: the progress line's total. */
+async function approximateCount(client: SQSClient, queueUrl: string): Promise<number | undefined> {
+  const { Attributes = {} } = await client.send(
+    new GetQueueAttributesCommand({ QueueUrl: queueUrl, AttributeNames: ['ApproximateNumberOfMessages'] }),
+  );
+  const n = Number(Attributes.ApproximateNumberOfMessages);
+  return Number.isFinite(n) ? n : undefined;
 }
 
 /** The message, its recorded code and first enqueue time from the attributes the worker sent, if any. */

@@ -71,19 +71,13 @@ function storageQueueChannel(
     name,
     kind: 'queue',
     async fetch(max, signal) {
-      const { receivedMessageItems } = await call('receive', (queue) =>
-        queue.receiveMessages({
-          numberOfMessages: Math.min(MAX_MESSAGES_PER_RECEIVE, max),
-          visibilityTimeout: visibility,
-          abortSignal: signal,
-        }),
-      );
-      if (receivedMessageItems.length === 0) {
+      const items = await call('receive', (queue) => receiveBatch(queue, max, visibility, signal));
+      if (items.length === 0) {
         await sleep(Math.min(EMPTY_POLL_MS, context.settleMs / 4), undefined, { signal }).catch(() => {});
         return [];
       }
-      for (const item of receivedMessageItems) leases.set(item.messageId, new MessageLease(item.popReceipt));
-      return receivedMessageItems.map((item) => replayMessage(item, name));
+      for (const item of items) leases.set(item.messageId, new MessageLease(item.popReceipt));
+      return items.map((item) => replayMessage(item, name));
     },
     async remove(message) {
       await leases.get(message.id)?.run(async (receipt) => {
@@ -105,6 +99,20 @@ function storageQueueChannel(
     },
     close: async () => {},
   };
+}
+
+async function receiveBatch(
+  queue: QueueClient,
+  max: number,
+  visibility: number,
+  signal: AbortSignal,
+): Promise<ReceivedMessageItem[]> {
+  const { receivedMessageItems } = await queue.receiveMessages({
+    numberOfMessages: Math.min(MAX_MESSAGES_PER_RECEIVE, max),
+    visibilityTimeout: visibility,
+    abortSignal: signal,
+  });
+  return receivedMessageItems;
 }
 
 function replayMessage(item: ReceivedMessageItem, queue: string): SideChannelMessage {

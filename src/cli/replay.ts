@@ -91,7 +91,8 @@ export async function replayCommand(args: string[]): Promise<number> {
   }
   const options = replayArgs(values, positionals);
   const keyring = loadKeyring(options.secretsFile);
-  if (!options.dryRun) await checkDeadLetterFile(options.deadLetter ?? defaultDeadLetterPath(options.file));
+  const deadLetter = options.deadLetter ?? defaultDeadLetterPath(options.source);
+  if (!options.dryRun) await checkDeadLetterFile(deadLetter);
   const logger = createLogger({ level: process.env.LOG_LEVEL ?? 'warn' }, process.stderr);
   // Opened before the store, so a bad --to fails before anything else is touched.
   const target =
@@ -107,8 +108,7 @@ export async function replayCommand(args: string[]): Promise<number> {
         : 'WARNING --force: events the dedupe store marks as done are forwarded AGAIN: your app may apply them twice\n',
     );
   }
-  const deadLetter = options.deadLetter ?? defaultDeadLetterPath(options.source, reader.name);
-  const audit = { startedAt, deadLetter, source: reader.name };
+  const audit = { startedAt, deadLetter };
   if (options.dryRun) {
     const run = await dryRun(options, {
       reader,
@@ -274,7 +274,6 @@ interface ReplayParts {
 interface AuditFacts {
   readonly startedAt: string;
   readonly deadLetter: string;
-  readonly source: string;
 }
 
 /**
@@ -304,7 +303,7 @@ async function replay(options: ReplayArgs, parts: ReplayParts, audit: AuditFacts
       progress: !options.json,
       ...(options.json ? { onEvent: (row: ReplayEventRow) => writeLine(JSON.stringify(row)) } : {}),
     });
-    report.print(summary, { source: describeSpec(audit.source, 'replay'), interrupted });
+    report.print(summary, { source: describeSpec(options.source, 'replay'), interrupted });
     const exitCode = summary.failed === 0 && summary.rejected === 0 && !interrupted ? 0 : 1;
     await audited(options, audit, exitCode, { counts: { ...summary }, interrupted });
     return exitCode;
@@ -338,14 +337,16 @@ async function audited(
   });
 }
 
-/** `FILE.failed-<time>.jsonl` beside FILE; for a queue or hub, `replay-<name>.failed-<time>.jsonl` here. */
-function defaultDeadLetterPath(source: string, readerName: string): string {
+/** `FILE.failed-<time>.jsonl` beside FILE; for a queue or hub, `replay-<queue>.failed-<time>.jsonl` here. */
+function defaultDeadLetterPath(source: string): string {
   const time = new Date().toISOString().replace(/[:.]/g, '-');
   if (source.startsWith(FILE_PREFIX)) {
     const file = source.slice(FILE_PREFIX.length);
     return join(dirname(file), `${basename(file, '.jsonl')}.failed-${time}.jsonl`);
   }
-  return `replay-${readerName.replace(/[^A-Za-z0-9._-]+/g, '-')}.failed-${time}.jsonl`;
+  // The queue's or hub's name: the spec's last word, without a query (a SAS token).
+  const name = source.split(/[?#]/)[0]?.split(/[:/]/).filter(Boolean).at(-1) ?? 'source';
+  return `replay-${name.replace(/[^A-Za-z0-9._-]+/g, '-')}.failed-${time}.jsonl`;
 }
 
 /** FILE must be a readable file: a directory or an unreadable path is a usage error, as for verify. */
