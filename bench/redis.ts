@@ -3,7 +3,7 @@
  *
  *   pipeline+redis = MemorySource → createConsumer(createRedisDedupe, no-op handler), concurrency 64
  *   redis floor    = bare loop: JSON.parse, HMAC (KeyObject) + timingSafeEqual, JSON.parse, zod parse,
- *                    then the store's own claim and complete scripts (EVALSHA), 64 events per
+ *                    then the store's own claim and complete scripts (EVALSHA, loaded before), 64 per
  *                    explicit ioredis pipeline: one round trip of claims, one of completes; the
  *                    next 64 events are parsed while those are in flight
  *   store pairs    = createRedisDedupe alone: claim + complete pairs, 64 in flight
@@ -179,18 +179,6 @@ async function runPipeline(url: string, raws: readonly string[]): Promise<void> 
   }
 }
 
-type ScriptClient = Redis & {
-  pheClaim(k: string, c: string, t: string, lease: number, memory: number): Promise<unknown>;
-  pheComplete(k: string, c: string, t: string, retention: number): Promise<unknown>;
-};
-
-/** A client like the store's, with the store's scripts defined under the store's names. */
-function scriptClient(url: string): ScriptClient {
-  const redis = new Redis(url, FAIL_FAST_OPTIONS);
-  for (const [name, numberOfKeys, lua] of REDIS_SCRIPTS) redis.defineCommand(name, { numberOfKeys, lua });
-  return redis as ScriptClient;
-}
-
 /** Resolves once the client is connected (without an offline queue nothing can be sent before). */
 async function connected(redis: Redis): Promise<void> {
   if (redis.status !== 'ready') await new Promise((resolve) => redis.once('ready', resolve));
@@ -198,18 +186,21 @@ async function connected(redis: Redis): Promise<void> {
 
 /** The floor: the pipeline's work with nothing around it, 64 events per pipelined round trip. */
 async function runFloor(url: string, raws: readonly string[]): Promise<void> {
-  const redis = scriptClient(url);
+  const redis = new Redis(url, FAIL_FAST_OPTIONS);
   await connected(redis);
+  const { claim, complete } = REDIS_SCRIPTS;
+  await redis.script('LOAD', claim.lua);
+  await redis.script('LOAD', complete.lua);
   const key = createSecretKey(Buffer.from(OUR_SECRET, 'utf8'));
   const tokenPrefix = `${process.pid}.floor.`;
   let seq = 0;
   const roundTrips = async (ids: string[], tokens: string[]) => {
-    const claims = redis.pipeline() as unknown as ScriptClient & {
-      exec(): Promise<[Error | null, unknown][]>;
-    };
+    const claims = redis.pipeline();
     for (let i = 0; i < ids.length; i++) {
       const id = ids[i] as string;
-      claims.pheClaim(
+      claims.evalsha(
+        claim.sha,
+        2,
         `floor:dedupe:${id}`,
         `floor:claims:${id}`,
         tokens[i] as string,
@@ -220,12 +211,17 @@ async function runFloor(url: string, raws: readonly string[]): Promise<void> {
     for (const [error, reply] of (await claims.exec()) ?? []) {
       if (error || (reply as number[])[0] !== 1) throw error ?? new Error('floor: claim not taken');
     }
-    const completes = redis.pipeline() as unknown as ScriptClient & {
-      exec(): Promise<[Error | null, unknown][]>;
-    };
+    const completes = redis.pipeline();
     for (let i = 0; i < ids.length; i++) {
       const id = ids[i] as string;
-      completes.pheComplete(`floor:dedupe:${id}`, `floor:claims:${id}`, tokens[i] as string, RETENTION_MS);
+      completes.evalsha(
+        complete.sha,
+        2,
+        `floor:dedupe:${id}`,
+        `floor:claims:${id}`,
+        tokens[i] as string,
+        RETENTION_MS,
+      );
     }
     for (const [error, reply] of (await completes.exec()) ?? []) {
       if (error || reply !== 1) throw error ?? new Error('floor: complete missed');

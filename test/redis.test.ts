@@ -61,6 +61,43 @@ describe.skipIf(!HAS_REDIS)('Redis dedupe with a real redis-server', () => {
     await Promise.all([a.close(), b.close()]);
   });
 
+  it('one round trip each: claim and complete are one EVALSHA each; a script is sent whole only when the server lacks it', async () => {
+    const store = createRedisDedupe({ url: server.url, prefix: 'commands', logger: silentLogger() });
+    await store.peek('warm-up'); // connected, configuration read
+    const stats = async () => {
+      const text = await admin.info('commandstats');
+      const calls = (name: string) =>
+        Number(new RegExp(`^cmdstat_${name}:calls=(\\d+)`, 'm').exec(text)?.[1] ?? 0);
+      return { evalsha: calls('evalsha'), eval: calls('eval') };
+    };
+    const pairs = async (from: number) => {
+      await Promise.all(
+        Array.from({ length: 100 }, async (_, i) => {
+          const claim = await store.claim(`evt-cmd-${from + i}`, 60_000);
+          if (claim.status !== 'claimed') throw new Error(claim.status);
+          expect(await store.complete(`evt-cmd-${from + i}`, claim.token, 60_000)).toBe(true);
+        }),
+      );
+    };
+    await admin.config('RESETSTAT');
+    await pairs(0);
+    const first = await stats();
+    // 200 calls; a script is sent whole (EVAL) only after NOSCRIPT, once per script for a server
+    // that has never seen it (a failed EVALSHA counts as a call too).
+    expect(first.evalsha).toBeGreaterThanOrEqual(200);
+    expect(first.evalsha + first.eval).toBeLessThanOrEqual(200 + 2 * 100);
+    await admin.config('RESETSTAT');
+    await pairs(100);
+    expect(await stats()).toEqual({ evalsha: 200, eval: 0 });
+    // The server forgets its scripts (restart, failover, SCRIPT FLUSH): reloaded, nothing fails.
+    await admin.script('FLUSH');
+    await pairs(200);
+    await admin.config('RESETSTAT');
+    await pairs(300);
+    expect(await stats()).toEqual({ evalsha: 200, eval: 0 });
+    await store.close();
+  });
+
   it('warns at start-up when maxmemory-policy could evict dedupe keys, and not when it is noeviction', async () => {
     for (const [policy, warns] of [
       ['allkeys-lru', true],

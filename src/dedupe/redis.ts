@@ -1,4 +1,4 @@
-import { randomBytes } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import { Cluster, Redis, type RedisOptions } from 'ioredis';
 import type { Logger } from 'pino';
 import { backoff } from '../core/backoff.js';
@@ -83,28 +83,26 @@ local v = redis.call('GET', KEYS[1])
 if v and string.sub(v, 1, 2) == 'd:' then return redis.call('DEL', KEYS[1]) end
 return 0`;
 
-/** The store's scripts by command name (the bench's floor sends the very same). */
-export const REDIS_SCRIPTS = [
-  ['pheClaim', 2, CLAIM],
-  ['pheExtend', 1, EXTEND],
-  ['pheComplete', 2, COMPLETE],
-  ['pheRelease', 2, RELEASE],
-  ['pheForget', 1, FORGET],
-] as const;
-
-interface DedupeCommands {
-  pheClaim(
-    key: string,
-    claimsKey: string,
-    token: string,
-    leaseMs: number,
-    memoryMs: number,
-  ): Promise<[number, number, number]>;
-  pheExtend(key: string, token: string, leaseMs: number): Promise<number>;
-  pheComplete(key: string, claimsKey: string, token: string, retentionMs: number): Promise<number>;
-  pheRelease(key: string, claimsKey: string, token: string): Promise<number>;
-  pheForget(key: string): Promise<number>;
+/** A Lua script, sent by SHA; `keys` is how many of its arguments are keys. */
+interface LuaScript {
+  readonly name: string;
+  readonly keys: number;
+  readonly lua: string;
+  readonly sha: string;
 }
+
+function script(name: string, keys: number, lua: string): LuaScript {
+  return { name, keys, lua, sha: createHash('sha1').update(lua).digest('hex') };
+}
+
+/** The store's scripts (the bench's floor sends the very same). */
+export const REDIS_SCRIPTS = {
+  claim: script('claim', 2, CLAIM),
+  extend: script('extend', 1, EXTEND),
+  complete: script('complete', 2, COMPLETE),
+  release: script('release', 2, RELEASE),
+  forget: script('forget', 1, FORGET),
+} as const;
 
 /** Connection settings that make an outage fail fast instead of queueing commands. */
 export const FAIL_FAST_OPTIONS = {
@@ -127,7 +125,7 @@ export const FAIL_FAST_OPTIONS = {
  */
 export class RedisDedupeStore implements DedupeStore {
   readonly persistence = { kind: 'server' } as const;
-  readonly #redis: (Redis | Cluster) & DedupeCommands;
+  readonly #redis: Redis | Cluster;
   readonly #ownsClient: boolean;
   readonly #prefix: string;
   readonly #claimsPrefix: string;
@@ -155,8 +153,7 @@ export class RedisDedupeStore implements DedupeStore {
       throw new ConfigError(`Redis Cluster: prefix and tenant must not contain { or } (got "${base}")`);
     }
     const redis = options.client ?? openClient(options);
-    for (const [name, numberOfKeys, lua] of REDIS_SCRIPTS) redis.defineCommand(name, { numberOfKeys, lua });
-    this.#redis = redis as (Redis | Cluster) & DedupeCommands;
+    this.#redis = redis;
     this.#prefix = `${base}:dedupe:`;
     this.#claimsPrefix = `${base}:claims:`;
     // Until the first connection, calls wait for it (briefly); after that an outage fails fast.
@@ -189,18 +186,13 @@ export class RedisDedupeStore implements DedupeStore {
     if (!this.#usable()) await this.#beforeFirstCall();
     const token = this.#tokenPrefix + (++this.#tokenSeq).toString(36);
     const tag = this.#tag(eventId);
-    let reply: [number, number, number];
-    try {
-      reply = await this.#redis.pheClaim(
-        this.#prefix + tag,
-        this.#claimsPrefix + tag,
-        token,
-        leaseMs,
-        leaseMs + ABANDONED_CLAIM_MEMORY_MS,
-      );
-    } catch (cause) {
-      throw this.#unavailable(cause);
-    }
+    const reply = (await this.#run(REDIS_SCRIPTS.claim, [
+      this.#prefix + tag,
+      this.#claimsPrefix + tag,
+      token,
+      leaseMs,
+      leaseMs + ABANDONED_CLAIM_MEMORY_MS,
+    ])) as [number, number, number];
     const status = reply[0];
     if (status === 1) return { status: 'claimed', token, abandoned: reply[2] - 1 };
     if (status === 2) return { status: 'duplicate' };
@@ -209,43 +201,25 @@ export class RedisDedupeStore implements DedupeStore {
 
   async extend(eventId: string, token: string, leaseMs: number): Promise<boolean> {
     if (!this.#usable()) await this.#beforeFirstCall();
-    try {
-      return (await this.#redis.pheExtend(this.#prefix + this.#tag(eventId), token, leaseMs)) === 1;
-    } catch (cause) {
-      throw this.#unavailable(cause);
-    }
+    return (await this.#run(REDIS_SCRIPTS.extend, [this.#prefix + this.#tag(eventId), token, leaseMs])) === 1;
   }
 
   async complete(eventId: string, token: string, retentionMs: number): Promise<boolean> {
     if (!this.#usable()) await this.#beforeFirstCall();
     const tag = this.#tag(eventId);
-    try {
-      return (
-        (await this.#redis.pheComplete(this.#prefix + tag, this.#claimsPrefix + tag, token, retentionMs)) ===
-        1
-      );
-    } catch (cause) {
-      throw this.#unavailable(cause);
-    }
+    const keysAndArgs = [this.#prefix + tag, this.#claimsPrefix + tag, token, retentionMs];
+    return (await this.#run(REDIS_SCRIPTS.complete, keysAndArgs)) === 1;
   }
 
   async release(eventId: string, token: string): Promise<void> {
     if (!this.#usable()) await this.#beforeFirstCall();
     const tag = this.#tag(eventId);
-    try {
-      await this.#redis.pheRelease(this.#prefix + tag, this.#claimsPrefix + tag, token);
-    } catch (cause) {
-      throw this.#unavailable(cause);
-    }
+    await this.#run(REDIS_SCRIPTS.release, [this.#prefix + tag, this.#claimsPrefix + tag, token]);
   }
 
   async forget(eventId: string): Promise<boolean> {
     if (!this.#usable()) await this.#beforeFirstCall();
-    try {
-      return (await this.#redis.pheForget(this.#prefix + this.#tag(eventId))) === 1;
-    } catch (cause) {
-      throw this.#unavailable(cause);
-    }
+    return (await this.#run(REDIS_SCRIPTS.forget, [this.#prefix + this.#tag(eventId)])) === 1;
   }
 
   async peek(eventId: string): Promise<DedupeState> {
@@ -269,6 +243,24 @@ export class RedisDedupeStore implements DedupeStore {
       await this.#redis.quit();
     } catch {
       this.#redis.disconnect();
+    }
+  }
+
+  /**
+   * One round trip: EVALSHA. A server that has not seen the script (started, restarted or failed
+   * over since, or SCRIPT FLUSH) answers NOSCRIPT; then EVAL sends it whole, which also loads it
+   * there for the next EVALSHA.
+   */
+  async #run(lua: LuaScript, keysAndArgs: (string | number)[]): Promise<unknown> {
+    try {
+      return await this.#redis.evalsha(lua.sha, lua.keys, ...keysAndArgs);
+    } catch (cause) {
+      if (!(cause instanceof Error && cause.message.startsWith('NOSCRIPT'))) throw this.#unavailable(cause);
+    }
+    try {
+      return await this.#redis.eval(lua.lua, lua.keys, ...keysAndArgs);
+    } catch (cause) {
+      throw this.#unavailable(cause);
     }
   }
 
