@@ -58,17 +58,22 @@ export class StandInSource implements SourceAdapter<StandInMessage> {
   }
 
   async settle(message: StandInMessage, outcome: Outcome): Promise<void> {
-    this.#inFlight.delete(message.file);
     if (outcome.kind === 'retry') {
+      this.#inFlight.delete(message.file);
       this.#attempts.set(message.file, message.attempt + 1);
       const timer = setTimeout(() => this.#delayed.delete(message.file), outcome.delayMs);
       this.#delayed.set(message.file, timer);
       return;
     }
     this.#attempts.delete(message.file);
-    await unlink(join(this.#directory, message.file)).catch((error: NodeJS.ErrnoException) => {
-      if (error.code !== 'ENOENT') throw error;
-    });
+    // Still in flight until its file is gone, so that a receive meanwhile does not list it again.
+    try {
+      await unlink(join(this.#directory, message.file)).catch((error: NodeJS.ErrnoException) => {
+        if (error.code !== 'ENOENT') throw error;
+      });
+    } finally {
+      this.#inFlight.delete(message.file);
+    }
   }
 
   async close(): Promise<void> {
@@ -80,7 +85,14 @@ export class StandInSource implements SourceAdapter<StandInMessage> {
   async #read(file: string): Promise<StandInMessage> {
     this.#inFlight.add(file);
     const path = join(this.#directory, file);
-    const [body, info] = await Promise.all([readFile(path), stat(path)]);
+    let body: Buffer;
+    let info: Awaited<ReturnType<typeof stat>>;
+    try {
+      [body, info] = await Promise.all([readFile(path), stat(path)]);
+    } catch (error) {
+      this.#inFlight.delete(file); // not received: an end-when-empty run must not wait for it
+      throw error;
+    }
     return {
       id: file,
       file,
