@@ -61,6 +61,9 @@ export interface RedisBenchResult {
   readonly rows: readonly RedisRow[];
   readonly pipelineOverFloor: RedisSpread;
   readonly storeOverRaw: RedisSpread;
+  /** The same ratios by CPU: the other row's CPU per event (this process + redis-server) ÷ this row's. */
+  readonly pipelineOverFloorByCpu: RedisSpread;
+  readonly storeOverRawByCpu: RedisSpread;
   /** Commands redis-server ran per event during a pipeline run, by command name. */
   readonly commandsPerEvent: Readonly<Record<string, number>>;
 }
@@ -143,10 +146,14 @@ function summarise(
       redisCpuUs: median(ts.map((t) => t.redisCpuUs / n)),
     };
   });
-  const ratio = (a: RowName, b: RowName): RedisSpread => {
+  const cpu = (t: Timed) => t.nodeCpuUs + t.redisCpuUs;
+  const ratio = (a: RowName, b: RowName, byCpu = false): RedisSpread => {
     const as = times.get(a) ?? [];
     const bs = times.get(b) ?? [];
-    const each = as.map((t, i) => perSec(t) / perSec(bs[i] as Timed));
+    const each = as.map((t, i) => {
+      const other = bs[i] as Timed;
+      return byCpu ? cpu(other) / cpu(t) : perSec(t) / perSec(other);
+    });
     return { median: median(each), min: Math.min(...each), max: Math.max(...each) };
   };
   return {
@@ -155,6 +162,8 @@ function summarise(
     rows,
     pipelineOverFloor: ratio('pipeline+redis', 'redis floor'),
     storeOverRaw: ratio('store pairs', 'raw SET pairs'),
+    pipelineOverFloorByCpu: ratio('pipeline+redis', 'redis floor', true),
+    storeOverRawByCpu: ratio('store pairs', 'raw SET pairs', true),
     commandsPerEvent,
   };
 }
@@ -338,6 +347,13 @@ export function printRedisBench(r: RedisBenchResult): void {
     `    ${name}: ${fmtFixed(s.median, 2)} (runs ${fmtFixed(s.min, 2)}–${fmtFixed(s.max, 2)}) — ${s.median >= goal ? 'goal met' : 'BELOW GOAL'} (≥ ${goal})`;
   console.log(line('pipeline+redis ÷ redis floor', r.pipelineOverFloor, PIPELINE_GOAL));
   console.log(line('store pairs ÷ raw SET pairs ', r.storeOverRaw, PAIRS_GOAL));
+  const byCpu = (name: string, s: RedisSpread) =>
+    `    ${name}: ${fmtFixed(s.median, 2)} (runs ${fmtFixed(s.min, 2)}–${fmtFixed(s.max, 2)})`;
+  console.log(
+    "    by CPU (the other row's node + redis-server CPU µs per event ÷ this row's; steadier on a busy machine):",
+  );
+  console.log(byCpu('  pipeline+redis ÷ redis floor', r.pipelineOverFloorByCpu));
+  console.log(byCpu('  store pairs ÷ raw SET pairs ', r.storeOverRawByCpu));
   const sent = new Set(['evalsha', 'eval', 'evalsha_ro', 'eval_ro', 'fcall', 'get', 'set']);
   const connection = /^(hello|quit|ping|select|info|client\||config\||script\|)/;
   const list = (keep: (name: string) => boolean) =>
@@ -372,6 +388,8 @@ export function redisJson(r: RedisBenchResult | undefined): unknown {
     })),
     pipelineOverFloor: spread(r.pipelineOverFloor),
     storeOverRaw: spread(r.storeOverRaw),
+    pipelineOverFloorByCpu: spread(r.pipelineOverFloorByCpu),
+    storeOverRawByCpu: spread(r.storeOverRawByCpu),
     commandsPerEvent: Object.fromEntries(Object.entries(r.commandsPerEvent).map(([k, v]) => [k, sig(v, 3)])),
   };
 }
