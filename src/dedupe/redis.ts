@@ -320,34 +320,39 @@ export class RedisDedupeStore implements DedupeStore {
     }
     if (!this.#checked) {
       this.#checked = true;
-      void this.#checkConfiguration(retentionMs);
+      void checkConfiguration(this.#redis, this.#logger, retentionMs, this.#prefix);
     }
   }
+}
 
-  /** Warnings that save an incident: keys that Redis may evict, retention shorter than retries. */
-  async #checkConfiguration(retentionMs: number | undefined): Promise<void> {
-    if (retentionMs !== undefined && retentionMs < PUBLISHER_RETRY_WINDOW_MS) {
-      this.#logger.warn(
-        { retention_ms: retentionMs },
-        'dedupe retention is shorter than the publisher’s 48 h retry window',
+/** Warnings that save an incident: keys that Redis may evict, retention shorter than retries. */
+async function checkConfiguration(
+  redis: Redis | Cluster,
+  logger: Logger,
+  retentionMs: number | undefined,
+  prefix: string,
+): Promise<void> {
+  if (retentionMs !== undefined && retentionMs < PUBLISHER_RETRY_WINDOW_MS) {
+    logger.warn(
+      { retention_ms: retentionMs },
+      'dedupe retention is shorter than the publisher’s 48 h retry window',
+    );
+  }
+  try {
+    const reply = (await redis.config('GET', 'maxmemory-policy')) as string[];
+    const policy = reply[1];
+    // Every dedupe key has a TTL, so volatile-* policies can evict them too: only noeviction is safe.
+    if (policy && policy !== 'noeviction') {
+      logger.warn(
+        { maxmemory_policy: policy },
+        'Redis may evict dedupe keys under memory pressure (maxmemory-policy is not noeviction): an evicted key lets a duplicate through',
       );
     }
-    try {
-      const reply = (await this.#redis.config('GET', 'maxmemory-policy')) as string[];
-      const policy = reply[1];
-      // Every dedupe key has a TTL, so volatile-* policies can evict them too: only noeviction is safe.
-      if (policy && policy !== 'noeviction') {
-        this.#logger.warn(
-          { maxmemory_policy: policy },
-          'Redis may evict dedupe keys under memory pressure (maxmemory-policy is not noeviction): an evicted key lets a duplicate through',
-        );
-      }
-      this.#logger.info({ maxmemory_policy: policy, prefix: this.#prefix }, 'Redis dedupe store connected');
-    } catch {
-      this.#logger.info(
-        'Redis dedupe store connected; could not read maxmemory-policy (CONFIG is disabled on some managed services): make sure it is noeviction',
-      );
-    }
+    logger.info({ maxmemory_policy: policy, prefix: prefix }, 'Redis dedupe store connected');
+  } catch {
+    logger.info(
+      'Redis dedupe store connected; could not read maxmemory-policy (CONFIG is disabled on some managed services): make sure it is noeviction',
+    );
   }
 }
 
