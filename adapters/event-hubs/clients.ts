@@ -76,7 +76,7 @@ export function openPoisonHub(
 }
 
 /** A namespace-level connection string: the poison hub is named separately. */
-function withoutEntityPath(connectionString: string): string {
+export function withoutEntityPath(connectionString: string): string {
   return connectionString
     .split(';')
     .filter((part) => !/^\s*EntityPath\s*=/i.test(part))

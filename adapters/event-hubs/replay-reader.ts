@@ -17,6 +17,7 @@ import {
 } from '../../src/core/replay-reader.js';
 import { Waker } from '../../src/core/waker.js';
 import { envelopeText } from './body.js';
+import { withoutEntityPath } from './clients.js';
 import { CLI_SCHEME, ENV_CONNECTION_STRING } from './names.js';
 import { HUB_NAME } from './options.js';
 import { POISON_PROPERTIES } from './poison-hub.js';
@@ -50,7 +51,8 @@ export async function eventHubsReplayReader(
   }
   let client: EventHubConsumerClient;
   try {
-    client = new EventHubConsumerClient(context.consumerGroup, connectionString, hub);
+    // The connection string may name the worker's hub (EntityPath): SOURCE names the one to read.
+    client = new EventHubConsumerClient(context.consumerGroup, withoutEntityPath(connectionString), hub);
   } catch (cause) {
     throw new ConfigError(`${ENV_CONNECTION_STRING} is not usable: ${errorMessage(cause)}`, { cause });
   }
