@@ -87,6 +87,31 @@ describe.skipIf(!HAS_REDIS)('Redis dedupe on a 3-master Redis Cluster', () => {
     await store.close();
   });
 
+  it('calls for one event made in one tick take effect in call order (one slot, one connection)', async () => {
+    const store = createRedisDedupe({ url: url(), prefix: 'order', logger: silentLogger() });
+    const first = await store.claim('evt-order-1', 60_000);
+    if (first.status !== 'claimed') throw new Error(first.status);
+    const [completed, afterComplete] = await Promise.all([
+      store.complete('evt-order-1', first.token, 60_000),
+      store.claim('evt-order-1', 60_000),
+    ]);
+    expect(completed).toBe(true);
+    expect(afterComplete).toEqual({ status: 'duplicate' });
+    const second = await store.claim('evt-order-2', 60_000);
+    if (second.status !== 'claimed') throw new Error(second.status);
+    const [, reclaimed, lateComplete] = await Promise.all([
+      store.release('evt-order-2', second.token),
+      store.claim('evt-order-2', 60_000),
+      store.complete('evt-order-2', second.token, 60_000),
+    ]);
+    expect(reclaimed.status).toBe('claimed');
+    expect(lateComplete).toBe(false);
+    const hot = await Promise.all(Array.from({ length: 50 }, () => store.claim('evt-order-hot', 60_000)));
+    expect(hot[0]?.status).toBe('claimed');
+    expect(hot.slice(1).every((r) => r.status === 'in_progress')).toBe(true);
+    await store.close();
+  });
+
   it('a prefix or tenant with braces is refused (it would change the hash tag)', () => {
     expect(() => createRedisDedupe({ url: url(), tenant: '{acme}', logger: silentLogger() })).toThrow(
       ConfigError,

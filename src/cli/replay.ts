@@ -48,7 +48,7 @@ SOURCE: ${REPLAY_FORMS}
   --forward URL        POST target (2xx = success)
   --to TARGET          re-inject the original envelopes, byte for byte, into a queue the worker
                        consumes: ${TARGET_FORMS}
-  --dedupe SPEC        sqlite:PATH (default ${DEFAULT_DEDUPE}), redis://… or memory; use the worker's store
+  --dedupe SPEC        sqlite:PATH (default ${DEFAULT_DEDUPE}), redis://…, redis-cluster://… or memory; use the worker's store
   --force              also re-drive events the dedupe store marks as done (logged loudly)
   --dry-run            verify and look up each event, change nothing, send nothing
 
