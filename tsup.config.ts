@@ -15,6 +15,11 @@ export default defineConfig([
       '@azure/eventhubs-checkpointstore-blob',
       '@azure/storage-blob',
       '@azure/functions',
+      // Loaded with require / import() when present: never bundled.
+      '@opentelemetry/api',
+      '@opentelemetry/sdk-trace-base',
+      '@opentelemetry/exporter-trace-otlp-http',
+      '@opentelemetry/resources',
     ],
     format: ['esm', 'cjs'],
     // import.meta.url in the CommonJS build (src/core/sqlite-driver.ts loads better-sqlite3 with createRequire).

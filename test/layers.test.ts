@@ -27,6 +27,10 @@ const PACKAGE_HOMES: Readonly<Record<string, readonly string[]>> = {
   'prom-client': ['src/sidecar'],
   yaml: ['src/sidecar'],
   ioredis: ['src/dedupe'],
+  // The OpenTelemetry SDK: only the sidecar's exporter loads it (the kit never does for a library).
+  '@opentelemetry/sdk-trace-base': ['src/sidecar'],
+  '@opentelemetry/exporter-trace-otlp-http': ['src/sidecar'],
+  '@opentelemetry/resources': ['src/sidecar'],
 };
 
 /**

@@ -1,9 +1,15 @@
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import {
+  createServer,
+  type IncomingHttpHeaders,
+  type IncomingMessage,
+  type Server,
+  type ServerResponse,
+} from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { parseAdapterOptions } from '../../src/core/adapter-options.js';
 import { ConfigError } from '../../src/core/errors.js';
 import type { Outcome } from '../../src/core/outcome.js';
-import type { RawMessage, SourceAdapter } from '../../src/core/source-adapter.js';
+import type { RawMessage, SourceAdapter, TraceCarrier } from '../../src/core/source-adapter.js';
 import { Waker } from '../../src/core/waker.js';
 import {
   type HttpIngressOptions,
@@ -221,6 +227,7 @@ export class HttpIngressSource implements SourceAdapter<HttpMessage> {
         attempt: 1,
         response: res,
         metadata: { remote: req.socket.remoteAddress ?? null },
+        ...traceContextOf(req.headers),
       });
       this.#waker.wake();
     });
@@ -273,4 +280,13 @@ function reply(res: ServerResponse, status: number, body: Record<string, unknown
 
 export function createHttpIngress(options: HttpIngressOptions): Promise<HttpIngressSource> {
   return HttpIngressSource.listen(options);
+}
+
+/** The sender's W3C trace context headers, kept for the delivery span's link. */
+function traceContextOf(headers: IncomingHttpHeaders): { traceContext?: TraceCarrier } {
+  const { traceparent, tracestate } = headers;
+  if (typeof traceparent !== 'string') return {};
+  return {
+    traceContext: { traceparent, tracestate: typeof tracestate === 'string' ? tracestate : undefined },
+  };
 }

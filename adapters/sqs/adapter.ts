@@ -38,6 +38,9 @@ interface VisibilityChange {
 }
 
 const ABORTED = Symbol('aborted');
+
+/** W3C trace context message attributes a producer may set; the delivery span links to them. */
+const TRACE_ATTRIBUTES = ['traceparent', 'tracestate'];
 /** How long `close()` waits for an abandoned poll that may bring back released messages. */
 const CLOSE_GRACE_MS = 1000;
 
@@ -91,7 +94,8 @@ export class SqsAdapter implements SourceAdapter<SqsMessage> {
     this.#ownsClient = options.client === undefined;
     this.client = options.client ?? new SQSClient({});
     this.#logger = options.logger ?? silentLogger();
-    this.#systemAttributes = ['SentTimestamp', 'ApproximateReceiveCount'];
+    // AWSTraceHeader: the X-Ray trace context, linked from the delivery span.
+    this.#systemAttributes = ['SentTimestamp', 'ApproximateReceiveCount', 'AWSTraceHeader'];
     if (isFifoQueue(resolved.queueUrl)) this.#systemAttributes.push('MessageGroupId');
     const common = {
       delayMs: resolved.deleteBatchDelayMs,
@@ -197,6 +201,7 @@ export class SqsAdapter implements SourceAdapter<SqsMessage> {
           WaitTimeSeconds: this.#options.waitTimeSeconds,
           VisibilityTimeout: this.#options.visibilityTimeoutSeconds,
           MessageSystemAttributeNames: this.#systemAttributes,
+          MessageAttributeNames: TRACE_ATTRIBUTES,
         }),
         { abortSignal: this.#polls.signal },
       );

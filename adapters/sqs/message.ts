@@ -1,5 +1,5 @@
 import type { Message } from '@aws-sdk/client-sqs';
-import type { RawMessage } from '../../src/core/source-adapter.js';
+import type { RawMessage, TraceCarrier } from '../../src/core/source-adapter.js';
 
 /** One SQS delivery. `body` is the message Body exactly as received (the HMAC covers it). */
 export interface SqsMessage extends RawMessage {
@@ -26,6 +26,7 @@ export function toSqsMessage(message: Message, queue: string, receivedAt: number
   const sentTimestamp = positiveInt(attributes.SentTimestamp);
   const groupId = attributes.MessageGroupId;
   const id = message.MessageId ?? message.ReceiptHandle ?? '';
+  const traceContext = traceContextOf(message);
   return {
     id,
     body: message.Body ?? '',
@@ -34,6 +35,7 @@ export function toSqsMessage(message: Message, queue: string, receivedAt: number
     receiptHandle: message.ReceiptHandle ?? '',
     receivedAt,
     messageGroupId: groupId,
+    ...(traceContext ? { traceContext } : {}),
     metadata: {
       queue,
       sqs_message_id: id,
@@ -42,6 +44,15 @@ export function toSqsMessage(message: Message, queue: string, receivedAt: number
       ...(groupId === undefined ? {} : { message_group_id: groupId }),
     },
   };
+}
+
+/** `traceparent` / `tracestate` message attributes, else the X-Ray `AWSTraceHeader`. */
+function traceContextOf(message: Message): TraceCarrier | undefined {
+  const attributes = message.MessageAttributes;
+  const traceparent = attributes?.traceparent?.StringValue;
+  if (traceparent !== undefined) return { traceparent, tracestate: attributes?.tracestate?.StringValue };
+  const awsTraceHeader = message.Attributes?.AWSTraceHeader;
+  return awsTraceHeader === undefined ? undefined : { awsTraceHeader };
 }
 
 function positiveInt(text: string | undefined): number | undefined {

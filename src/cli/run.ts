@@ -19,6 +19,7 @@ import { createForwarder, describeUrl, type Forwarder } from '../sidecar/forward
 import { ConsumerMetrics } from '../sidecar/metrics.js';
 import { type OpsServer, startOpsServer } from '../sidecar/ops-server.js';
 import { readiness } from '../sidecar/readiness.js';
+import { startTraceExport, type TraceExport } from '../sidecar/tracing-export.js';
 import {
   checkDeadLetterFile,
   DEFAULT_DEDUPE,
@@ -77,10 +78,14 @@ export async function runCommand(args: string[]): Promise<number> {
     env: configFromEnv(process.env),
     flags: runFlags(values),
   });
+  // Before the consumer exists, so that its first delivery is traced too.
+  const traces = await startTraceExport(process.env);
   const worker = await openWorker(config, prettyOutput(values));
+  if (traces) worker.logger.info({ endpoint: traces.endpoint }, 'exporting traces over OTLP/HTTP');
   const ops = await serveOps(worker, config);
   worker.output.ready(ops?.url);
   await runUntilStopped(worker, config, ops);
+  await flushTraces(traces, worker.logger);
   return worker.output.finish();
 }
 
@@ -264,6 +269,15 @@ async function runUntilStopped(
   await ops?.close();
   process.off('SIGTERM', stop);
   process.off('SIGINT', stop);
+}
+
+/** Sends the spans still buffered; an unreachable collector is logged, not fatal at exit. */
+async function flushTraces(traces: TraceExport | undefined, logger: Logger): Promise<void> {
+  try {
+    await traces?.shutdown();
+  } catch (error) {
+    logger.warn({ err: errorMessage(error) }, 'could not export the last spans');
+  }
 }
 
 function pickConsumerSettings(config: SidecarConfig): ConsumerSettingsInput {

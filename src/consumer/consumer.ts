@@ -6,6 +6,7 @@ import { createLogger } from '../core/logger.js';
 import { boundRetryPolicy, type DeadOutcome, decide } from '../core/outcome.js';
 import { Keyring, type SigningSecret, secretsFromEnv } from '../core/secrets.js';
 import type { RawMessage, SourceAdapter } from '../core/source-adapter.js';
+import { deliveryTracer, type TraceAttributes } from '../core/tracing.js';
 import { createMemoryDedupe } from '../dedupe/memory.js';
 import { type DedupeStore, PUBLISHER_RETRY_WINDOW_MS } from '../dedupe/types.js';
 import { createJsonlDeadLetters, type DeadLetterSink } from './dead-letter-sink.js';
@@ -32,6 +33,13 @@ export interface ConsumerOptions<M extends RawMessage = RawMessage> extends Cons
   onSettled?: (report: SettledReport<M>) => void;
   /** Clock in ms, for tests. */
   now?: () => number;
+  /**
+   * Spans per delivery through `@opentelemetry/api` when it is installed and an SDK is
+   * registered (docs/observability.md#traces). Default true; false runs no tracing code.
+   */
+  tracing?: boolean;
+  /** Extra attributes of every delivery span (replay marks its spans with these). */
+  traceAttributes?: TraceAttributes;
 }
 
 export interface SettledReport<M extends RawMessage = RawMessage> extends ProcessResult {
@@ -87,7 +95,18 @@ export class Consumer<M extends RawMessage = RawMessage> {
   #loop: Promise<void> | undefined;
 
   constructor(options: ConsumerOptions<M>) {
-    const { source, secrets, dedupe, deadLetter, logger, onSettled, now, ...settings } = options;
+    const {
+      source,
+      secrets,
+      dedupe,
+      deadLetter,
+      logger,
+      onSettled,
+      now,
+      tracing,
+      traceAttributes,
+      ...settings
+    } = options;
     const parsed = parseSettings(settings);
     // A source that cannot wait long (a file) caps the retries: see `SourceAdapter.retryBound`.
     this.settings = { ...parsed, retry: boundRetryPolicy(parsed.retry, source?.retryBound) };
@@ -118,6 +137,7 @@ export class Consumer<M extends RawMessage = RawMessage> {
       router: this.#router,
       logger: this.logger,
       ...(now ? { now } : {}),
+      tracer: deliveryTracer(tracing, source, traceAttributes),
     });
   }
 

@@ -1,6 +1,7 @@
 import type { Logger } from 'pino';
-import { type AbortCause, type Facts, isAbortCause } from '../core/outcome.js';
+import { ABORT_CODES, type AbortCause, type Facts, isAbortCause } from '../core/outcome.js';
 import type { RawMessage } from '../core/source-adapter.js';
+import type { DeliveryTrace, HandlerSpan } from '../core/tracing.js';
 import type { VerifiedMessage } from '../core/verify.js';
 import type { DedupeStore } from '../dedupe/types.js';
 import { handlerContext } from './handler-context.js';
@@ -42,6 +43,7 @@ export class HandlerRunner {
     message: RawMessage,
     token: string,
     external: AbortSignal | undefined,
+    trace?: DeliveryTrace,
   ): Promise<Facts> {
     if (this.#aborted || external?.aborted) return { kind: 'handler-aborted', cause: causeOf(external) };
     const run = new HandlerRun(verified.eventId, token, {
@@ -53,9 +55,12 @@ export class HandlerRunner {
     external?.addEventListener('abort', onExternal, { once: true });
     this.#keeper.start(run);
     const context = handlerContext(verified, message, run, this.#logger);
+    let span: HandlerSpan | undefined;
     try {
-      for (const handler of handlers) {
-        const result = handler(event as never, context);
+      for (let i = 0; i < handlers.length; i++) {
+        const handler = handlers[i] as Handler<never>;
+        span = trace?.handler(i, handler.name);
+        const result = span ? span.call(handler, event as never, context) : handler(event as never, context);
         if (isPromiseLike(result)) {
           await run.wait(result);
           // Timed out or lease lost while the handler's promise was pending: it may still be
@@ -64,12 +69,15 @@ export class HandlerRunner {
           if (cause && cause !== 'shutdown') return { kind: 'handler-aborted', cause, running: result };
         }
         if (run.abortCause) return { kind: 'handler-aborted', cause: run.abortCause };
+        span?.end();
       }
       return HANDLED;
     } catch (error) {
       const cause = run.abortCause;
+      span?.end(cause ? ABORT_CODES[cause] : error);
       return cause ? { kind: 'handler-aborted', cause } : { kind: 'handler-threw', error };
     } finally {
+      span?.end(run.abortCause && ABORT_CODES[run.abortCause]);
       this.#keeper.finish(run);
       external?.removeEventListener('abort', onExternal);
     }

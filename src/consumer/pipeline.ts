@@ -6,6 +6,7 @@ import { type Decision, decide, type Facts, type Outcome, type RetryPolicy } fro
 import { redact } from '../core/redact.js';
 import type { Keyring } from '../core/secrets.js';
 import type { RawMessage } from '../core/source-adapter.js';
+import type { DeliveryTrace, DeliveryTracer } from '../core/tracing.js';
 import { type VerifiedMessage, verifyMessage } from '../core/verify.js';
 import type { ClaimResult, DedupeStore } from '../dedupe/types.js';
 import { HandlerRunner } from './handler-runner.js';
@@ -33,6 +34,8 @@ export interface PipelineDeps {
   readonly router: Router;
   readonly logger: Logger;
   readonly now?: () => number;
+  /** Spans per delivery (src/core/tracing.ts); absent: no tracing code runs. */
+  readonly tracer?: DeliveryTracer | undefined;
 }
 
 /**
@@ -80,16 +83,33 @@ export class Pipeline {
     this.#handlers = new HandlerRunner(settings, deps.dedupe, deps.logger);
   }
 
-  async process(message: RawMessage, signal?: AbortSignal): Promise<ProcessResult> {
+  process(message: RawMessage, signal?: AbortSignal): Promise<ProcessResult> {
+    const trace = this.#deps.tracer?.begin(message);
+    return trace ? this.#traced(message, signal, trace) : this.#process(message, signal, undefined);
+  }
+
+  async #traced(message: RawMessage, signal: AbortSignal | undefined, trace: DeliveryTrace) {
+    const result = await this.#process(message, signal, trace);
+    trace.end(result.outcome);
+    return result;
+  }
+
+  async #process(message: RawMessage, signal: AbortSignal | undefined, trace: DeliveryTrace | undefined) {
     const started = performance.now();
     if (message.rejection) {
       return this.#result(message, started, { kind: 'rejected', ...message.rejection }, 'not-asked');
     }
     let verified: VerifiedMessage;
+    const verifying = trace?.step('verify');
     try {
       verified = this.#verify(message);
     } catch (error) {
+      verifying?.end(error);
       return this.#unverified(message, started, error);
+    }
+    if (trace) {
+      verifying?.end();
+      trace.verified(verified);
     }
     const handlers = this.#route(verified);
     if (handlers === undefined) return this.#unrouted(message, started, verified);
@@ -97,11 +117,14 @@ export class Pipeline {
     const { dedupe } = this.#deps;
     const s = this.#settings;
     let claim: ClaimResult;
+    const claiming = trace?.step('dedupe.claim');
     try {
       claim = await dedupe.claim(verified.eventId, s.leaseMs);
     } catch (error) {
+      claiming?.end(error);
       return this.#result(message, started, { kind: 'store-unavailable', error }, 'unavailable', verified);
     }
+    claiming?.end(undefined, claim.status);
     if (claim.status !== 'claimed') {
       return this.#result(message, started, notClaimed(claim), 'answered', verified);
     }
@@ -112,7 +135,7 @@ export class Pipeline {
       const validation = validateEvent(verified.eventType, verified.payload);
       if (validation.ok) {
         const handlersStarted = performance.now();
-        facts = await this.#handlers.run(handlers, validation.event, verified, message, token, signal);
+        facts = await this.#handlers.run(handlers, validation.event, verified, message, token, signal, trace);
         handlerMs = performance.now() - handlersStarted;
       } else {
         facts = { kind: 'schema-invalid', reason: validation.reason };
@@ -121,9 +144,12 @@ export class Pipeline {
     const decision = decide(facts, message.attempt, s);
     if (decision.claim === 'complete') {
       // Awaited here rather than in a helper: one promise hop fewer per handled event.
+      const completing = trace?.step('dedupe.complete');
       try {
         if (!(await dedupe.complete(verified.eventId, token, s.retentionMs))) this.#takenOver(verified);
+        completing?.end();
       } catch (error) {
+        completing?.end(error);
         this.#completeFailed(verified, error);
       }
     } else {

@@ -23,6 +23,19 @@ export interface RawMessage {
    * record): the whole message's length and SHA-256 (hex), kept in its next dead-letter record.
    */
   readonly truncated?: { readonly bytes: number; readonly sha256: string };
+  /**
+   * The trace context the message carried (SQS message attributes or `AWSTraceHeader`, Event
+   * Hubs application properties, HTTP headers). The delivery span links to it: a link, not a
+   * parent, since the producer's trace may be huge or untrusted.
+   */
+  readonly traceContext?: TraceCarrier | undefined;
+}
+
+/** W3C trace context as a message carried it, or an AWS X-Ray trace header. Unchecked text. */
+export interface TraceCarrier {
+  readonly traceparent?: string | undefined;
+  readonly tracestate?: string | undefined;
+  readonly awsTraceHeader?: string | undefined;
 }
 
 /**

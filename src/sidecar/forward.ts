@@ -3,6 +3,7 @@ import { ConfigError, errorMessage, ForwardError, RetryLaterError } from '../cor
 import { classifyAnswer, hasCredentials, redirectReason } from '../core/http-answer.js';
 import { createHttpHandoff, HttpHandoffFailure, type HttpPostAnswer } from '../core/http-handoff.js';
 import { redactUrl } from '../core/redact.js';
+import { startClientSpan } from '../core/tracing.js';
 
 /** Where forwards go, for messages and logs: scheme, host and path only (`redactUrl`). */
 export function describeUrl(url: string): string {
@@ -92,11 +93,28 @@ export function createForwarder(options: ForwardOptions): Forwarder {
   let unanswered = 0;
   let lastFailure = '';
   const forward = async (_event: unknown, context: HandlerContext): Promise<void> => {
+    // A span of its own, so that the app's spans are its children (traceparent).
+    const span = startClientSpan('partner_events.forward', target);
+    try {
+      const status = await post(context, span?.headers);
+      span?.end(status);
+    } catch (error) {
+      span?.end(undefined, error);
+      throw error;
+    }
+  };
+
+  /** POSTs the event; resolves with the 2xx status, throws for anything else. */
+  const post = async (
+    context: HandlerContext,
+    trace: Readonly<Record<string, string>> | undefined,
+  ): Promise<number> => {
     let answer: HttpPostAnswer;
     try {
       answer = await handoff.post({
         headers: {
           ...baseHeaders,
+          ...trace,
           'partner-event-id': encodeHeaderValue(context.eventId),
           'partner-event-type': encodeHeaderValue(context.eventType),
           'partner-event-attempt': String(context.attempt),
@@ -116,7 +134,7 @@ export function createForwarder(options: ForwardOptions): Forwarder {
     unanswered = 0;
     options.onAnswer?.(context.eventId, answer.status);
     const outcome = classifyAnswer(answer.status, answer.headers, options.url);
-    if (outcome.kind === 'delivered') return;
+    if (outcome.kind === 'delivered') return answer.status;
     if (outcome.kind === 'redirected') {
       throw new ForwardError('FORWARD_REDIRECTED', `forward to ${target} ${redirectReason(outcome)}`, {
         details: { status: outcome.status, location: outcome.location },
