@@ -26,6 +26,8 @@ export default defineConfig([
     shims: true,
     dts: true,
     clean: true,
+    // Maps with the TypeScript inside them (esbuild's sourcesContent): src/ is not shipped, and
+    // `node --enable-source-maps` or a debugger still shows the kit's own lines.
     sourcemap: true,
     target: 'node20',
   },

@@ -1,6 +1,6 @@
 /**
  * docs/replay-runbook.md, executed: its shell blocks run in order, in bash, against a local app,
- * a real SQS emulator (fauxqs) and a worker (`partner-events run`), with `npx partner-events`
+ * a real SQS emulator (fauxqs) and a worker (`partner-events run`), with `npx partner-health-events`
  * standing for this checkout's CLI. Blocks marked `<!-- runbook-test: settings -->` are replaced
  * by the test's paths; `A` and `B` blocks are the two ways of step 6, run in separate scenarios.
  */
@@ -47,7 +47,7 @@ function script(variant: 'A' | 'B', settings: Record<string, string>): string {
     if (block.variant === 'settings') {
       for (const [name, value] of Object.entries(settings)) lines.push(`${name}=${JSON.stringify(value)}`);
     } else if (block.variant === undefined || block.variant === variant) {
-      lines.push(block.code.replaceAll('npx partner-events', 'pe_cli'));
+      lines.push(block.code.replaceAll('npx partner-health-events', 'pe_cli'));
     }
   }
   return lines.join('\n');

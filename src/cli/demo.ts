@@ -124,8 +124,17 @@ function printTotals(stats: DemoStats, distinct: number, once: boolean, deadLett
   );
   writeLine(`dead letters: ${deadLetterPath}`);
   writeLine(
-    `  inspect them: PARTNER_EVENTS_SIGNING_SECRET=${DEMO_SECRET} npx partner-events verify ${deadLetterPath}`,
+    `  inspect them: PARTNER_EVENTS_SIGNING_SECRET=${DEMO_SECRET} ${cliCommand()} verify ${deadLetterPath}`,
   );
+}
+
+/**
+ * How to run the CLI where the demo runs: from this repository's sources (`npm start`), or from
+ * an installed package. Never `npx partner-events`: outside a project that has the package, npx
+ * would fetch the registry's unrelated package of that name.
+ */
+function cliCommand(): string {
+  return import.meta.url.endsWith('.ts') ? 'npm run partner-events --' : 'npx partner-health-events';
 }
 
 function printOutcome(report: SettledReport, stats: DemoStats) {
