@@ -1,7 +1,8 @@
 /**
  * The Redis dedupe store on a real Redis Cluster: 3 masters started from `redis-server` on
  * loopback ports (one cluster for the whole file), AOF with `appendfsync always`, so a master
- * killed and started again comes back with its slots and keys.
+ * killed and started again comes back with its slots and keys; master 0 has a replica (node 3),
+ * for a failover.
  */
 import { spawn } from 'node:child_process';
 import { createInterface } from 'node:readline';
@@ -20,7 +21,7 @@ const WORKER = fileURLToPath(new URL('./support/redis-consumer.ts', import.meta.
 
 let cluster: RedisCluster | undefined;
 beforeAll(async () => {
-  if (HAS_REDIS) cluster = await RedisCluster.start({ masters: 3 });
+  if (HAS_REDIS) cluster = await RedisCluster.start({ masters: 3, replicaOf: [0] });
 }, 60_000);
 afterAll(async () => {
   await cluster?.stop();
@@ -153,6 +154,30 @@ describe.skipIf(!HAS_REDIS)('Redis dedupe on a 3-master Redis Cluster', () => {
     expect(lines.filter((l) => String(l.msg).includes('reachable again'))).toHaveLength(1);
     await store.close();
   }, 30_000);
+
+  it('a failover to a replica: leases and done records carried over, the client follows the new master', async () => {
+    const c = cluster as RedisCluster;
+    const store = createRedisDedupe({ url: url(), prefix: 'failover', logger: silentLogger() });
+    const ids: string[] = [];
+    for (let i = 0; ids.length < 20; i++) {
+      if ((await c.ownerOf(hashTag(`evt-fo-${i}`))) === 0) ids.push(`evt-fo-${i}`);
+    }
+    const tokens = new Map<string, string>();
+    for (const [i, id] of ids.entries()) {
+      const claim = await store.claim(id, 60_000);
+      if (claim.status !== 'claimed') throw new Error(claim.status);
+      if (i % 2 === 0) expect(await store.complete(id, claim.token, 60_000)).toBe(true);
+      else tokens.set(id, claim.token);
+    }
+    await c.failover(3); // a graceful failover: the replica has every write before it takes over
+    for (const [i, id] of ids.entries()) {
+      if (i % 2 === 0) expect(await store.claim(id, 60_000)).toEqual({ status: 'duplicate' });
+      else expect(await store.claim(id, 60_000)).toMatchObject({ status: 'in_progress' });
+    }
+    for (const [id, token] of tokens) expect(await store.complete(id, token, 60_000)).toBe(true);
+    await vi.waitFor(() => expect(store.available).toBe(true), { timeout: 10_000 });
+    await store.close();
+  }, 60_000);
 
   it('two workers race over the same 1,000 events while a master restarts: none lost, none twice outside the crash window', async () => {
     const c = cluster as RedisCluster;

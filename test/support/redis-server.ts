@@ -107,10 +107,13 @@ const CLUSTER_SLOTS = 16_384;
  * it again with its nodes.conf and AOF: it rejoins owning the same slots and keys.
  */
 export class RedisCluster {
+  /** The masters first (index 0 … masters-1, in slot order), then the replicas. */
   readonly nodes: readonly RedisServer[];
+  readonly #masters: number;
 
-  private constructor(nodes: readonly RedisServer[]) {
+  private constructor(nodes: readonly RedisServer[], masters: number) {
     this.nodes = nodes;
+    this.#masters = masters;
   }
 
   /** `redis-cluster://127.0.0.1:P1,127.0.0.1:P2,…` (what `--dedupe` takes). */
@@ -118,7 +121,10 @@ export class RedisCluster {
     return `redis-cluster://${this.nodes.map((n) => `127.0.0.1:${n.port}`).join(',')}`;
   }
 
-  static async start(options: { masters?: number; nodeTimeoutMs?: number } = {}): Promise<RedisCluster> {
+  /** `replicaOf`: one replica per entry, of the master with that index. */
+  static async start(
+    options: { masters?: number; replicaOf?: readonly number[]; nodeTimeoutMs?: number } = {},
+  ): Promise<RedisCluster> {
     const args = [
       '--cluster-enabled',
       'yes',
@@ -133,13 +139,16 @@ export class RedisCluster {
       '--appendfsync',
       'always',
     ];
+    const masters = options.masters ?? 3;
+    const replicaOf = options.replicaOf ?? [];
     const nodes = await Promise.all(
-      Array.from({ length: options.masters ?? 3 }, () => RedisServer.start({ args })),
+      Array.from({ length: masters + replicaOf.length }, () => RedisServer.start({ args })),
     );
-    const cluster = new RedisCluster(nodes);
+    const cluster = new RedisCluster(nodes, masters);
     try {
       await cluster.#assignSlotsAndMeet();
       await cluster.waitUntilOk();
+      for (const [i, master] of replicaOf.entries()) await cluster.#replicate(masters + i, master);
     } catch (error) {
       await cluster.stop();
       throw error;
@@ -148,9 +157,9 @@ export class RedisCluster {
   }
 
   async #assignSlotsAndMeet(): Promise<void> {
-    const per = Math.ceil(CLUSTER_SLOTS / this.nodes.length);
+    const per = Math.ceil(CLUSTER_SLOTS / this.#masters);
     await Promise.all(
-      this.nodes.map((node, i) =>
+      this.nodes.slice(0, this.#masters).map((node, i) =>
         this.#admin(node, async (redis) => {
           const last = Math.min(CLUSTER_SLOTS, (i + 1) * per) - 1;
           await redis.call('CLUSTER', 'ADDSLOTSRANGE', String(i * per), String(last));
@@ -190,8 +199,41 @@ export class RedisCluster {
   async ownerOf(key: string): Promise<number> {
     const first = this.nodes[0] as RedisServer;
     const slot = (await this.#admin(first, (redis) => redis.call('CLUSTER', 'KEYSLOT', key))) as number;
-    const per = Math.ceil(CLUSTER_SLOTS / this.nodes.length);
+    const per = Math.ceil(CLUSTER_SLOTS / this.#masters);
     return Math.floor(slot / per);
+  }
+
+  /** Node `replica` becomes a replica of master `master`; resolves once it has synced. */
+  async #replicate(replica: number, master: number): Promise<void> {
+    const id = await this.#admin(this.nodes[master] as RedisServer, (r) => r.call('CLUSTER', 'MYID'));
+    const node = this.nodes[replica] as RedisServer;
+    // REPLICATE fails until the replica has heard of the master by gossip; once it is accepted,
+    // only wait (each REPLICATE would start the sync over).
+    await this.#until(`node ${replica} accepting master ${master}`, () =>
+      this.#admin(node, (redis) => redis.call('CLUSTER', 'REPLICATE', String(id))).then(() => true),
+    );
+    await this.#until(`node ${replica} synced with master ${master}`, async () =>
+      (await this.#admin(node, (redis) => redis.info('replication'))).includes('master_link_status:up'),
+    );
+  }
+
+  /** A graceful failover (CLUSTER FAILOVER on replica `i`): it becomes master, with every write. */
+  async failover(i: number): Promise<void> {
+    const node = this.nodes[i] as RedisServer;
+    await this.#admin(node, (redis) => redis.call('CLUSTER', 'FAILOVER'));
+    await this.#until(`node ${i} master`, async () => {
+      const role = (await this.#admin(node, (redis) => redis.call('ROLE'))) as unknown[];
+      return role[0] === 'master';
+    });
+    await this.waitUntilOk();
+  }
+
+  async #until(what: string, check: () => Promise<boolean>, timeoutMs = 30_000): Promise<void> {
+    const deadline = Date.now() + timeoutMs;
+    while (!(await check().catch(() => false))) {
+      if (Date.now() > deadline) throw new Error(`not ${what} after ${timeoutMs} ms`);
+      await new Promise((resolve) => setTimeout(resolve, 25));
+    }
   }
 
   /** Kills master `i` (SIGKILL, by PID): its slots have no master until `resume(i)`. */
