@@ -208,7 +208,7 @@ describe('a forward URL with user:password@', () => {
       'memory',
     ]);
     expect(fromFlag.code).toBe(2);
-    expect(fromFlag.stderr).toContain('forward.url (PARTNER_EVENTS_FORWARD_URL)');
+    expect(fromFlag.stderr).toContain('  - --forward: '); // the flag as typed, not its environment variable
     refused(fromFlag.stderr);
 
     const config = `source: file:${events}\ndedupe: memory\nforward:\n  url: ${url}\n`;

@@ -8,6 +8,7 @@ import { Keyring, readSecretsFile, secretsFromEnv } from '../core/secrets.js';
 import { createMemoryDedupe } from '../dedupe/memory.js';
 import { createSqliteDedupe } from '../dedupe/sqlite.js';
 import type { DedupeStore } from '../dedupe/types.js';
+import { didYouMean } from './did-you-mean.js';
 
 /** A mistake in how the command was called: exit code 2, with a hint. */
 export class UsageError extends Error {
@@ -23,8 +24,21 @@ export function parse<const T extends NonNullable<ParseArgsConfig['options']>>(a
   try {
     return parseArgs({ args, options, allowPositionals: true, strict: true });
   } catch (error) {
-    throw new UsageError(errorMessage(error));
+    throw new UsageError(parseErrorMessage(error, options));
   }
+}
+
+/** An unknown option named with the closest known one (`--forwrd` → `--forward`); other parse errors as Node words them. */
+function parseErrorMessage(error: unknown, options: NonNullable<ParseArgsConfig['options']>): string {
+  const unknown = /^Unknown option '([^'=]+)/.exec(errorMessage(error))?.[1];
+  if ((error as { code?: unknown }).code !== 'ERR_PARSE_ARGS_UNKNOWN_OPTION' || !unknown) {
+    return errorMessage(error);
+  }
+  const flags = Object.entries(options).flatMap(([name, option]) => [
+    `--${name}`,
+    ...(option.short ? [`-${option.short}`] : []),
+  ]);
+  return `unknown option ${unknown}${didYouMean(unknown, flags)}`;
 }
 
 /** Secrets from `--secrets-file` when given, else from the environment. */
@@ -117,6 +131,39 @@ export async function checkDeadLetterFile(path: string): Promise<void> {
       { cause },
     );
   }
+}
+
+/** For an ops port already taken: the ways out that exist (`--ops-port N`, `--no-ops`). */
+export function opsPortHint(cause: unknown): string {
+  return (cause as { code?: unknown }).code === 'EADDRINUSE'
+    ? '; choose another with --ops-port N (0 = any free port), or turn them off with --no-ops'
+    : '';
+}
+
+/**
+ * Calls `stop` at the first SIGINT or SIGTERM (a drain); at a second one, says so and exits at
+ * once with 128 + the signal's number (130, 143), without waiting for what is in flight: a
+ * second Ctrl-C means "now". Returns the function that removes the handlers.
+ */
+export function onStopSignals(stop: (signal: NodeJS.Signals) => void): () => void {
+  let stopping = false;
+  const handler = (signal: NodeJS.Signals) => {
+    if (!stopping) {
+      stopping = true;
+      stop(signal);
+      return;
+    }
+    process.stderr.write(
+      `partner-events: second ${signal}: exiting now, without waiting for work in flight (events not acknowledged are delivered again)\n`,
+    );
+    process.exit(signal === 'SIGINT' ? 130 : 143);
+  };
+  process.on('SIGINT', handler);
+  process.on('SIGTERM', handler);
+  return () => {
+    process.off('SIGINT', handler);
+    process.off('SIGTERM', handler);
+  };
 }
 
 export function parsePositiveInt(name: string, value: string | undefined, fallback: number): number {

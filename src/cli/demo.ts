@@ -14,12 +14,14 @@ import { silentLogger } from '../core/logger.js';
 import type { Outcome } from '../core/outcome.js';
 import { createSqliteDedupe } from '../dedupe/sqlite.js';
 import { createForwarder, describeUrl } from '../sidecar/forward.js';
-import { parse, writeLine } from './common.js';
+import { parse, parsePositiveInt, writeLine } from './common.js';
 import { terminalSafe } from './terminal-safe.js';
 
 const DEMO_SECRET = 'demo-signing-secret-for-the-local-demo-only';
 
 export const DEMO_USAGE = `Usage: partner-events demo [--events N]
+
+  --events N   events to publish (default ${EVENT_TYPES.length}: every catalog type once)
 
 Runs the whole kit locally with no cloud and no Docker: a publisher signs catalog events (some
 delivered twice, one forged, one stale) into an in-process queue; the worker verifies,
@@ -35,7 +37,7 @@ export async function demoCommand(args: string[]): Promise<number> {
     writeLine(DEMO_USAGE);
     return 0;
   }
-  const count = Math.max(1, Number(values.events) || EVENT_TYPES.length);
+  const count = parsePositiveInt('--events', values.events, EVENT_TYPES.length);
   const dir = mkdtempSync(join(tmpdir(), 'partner-events-demo-'));
   const app = await startApp();
   const source = createMemorySource({ name: 'demo-queue', endWhenEmpty: true });

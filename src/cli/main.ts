@@ -1,8 +1,10 @@
+import { readFileSync } from 'node:fs';
 import { isPartnerEventsError } from '../core/errors.js';
 import { redact } from '../core/redact.js';
 import { SpecError } from '../core/transport.js';
 import { UsageError, writeLine } from './common.js';
 import { DEMO_USAGE, demoCommand } from './demo.js';
+import { didYouMean } from './did-you-mean.js';
 import { causeLines } from './error-chain.js';
 import { REPLAY_USAGE, replayCommand } from './replay.js';
 import { RUN_USAGE, runCommand } from './run.js';
@@ -30,25 +32,32 @@ Commands:
   simulate the publisher, locally: signed traffic with duplicates, retries, forgeries
   demo     the whole pipeline locally, no cloud needed (what 'npm start' runs)
 
-'partner-events <command> --help' shows a command's options.`;
+'partner-events <command> --help' (or 'partner-events help <command>') shows a command's options;
+'partner-events --version' (-v) prints the version.`;
 
 async function main(argv: string[]): Promise<number> {
   const [name, ...args] = argv;
+  if (name === '--version' || name === '-v') {
+    writeLine(packageVersion());
+    return 0;
+  }
+  if (name === 'help' && args[0] !== undefined) return helpFor(args[0]);
   if (!name || name === '--help' || name === '-h' || name === 'help') {
     writeLine(USAGE);
     return name ? 0 : 2;
   }
   const command = COMMANDS[name];
   if (!command) {
-    process.stderr.write(`partner-events: unknown command "${name}"\n\n${USAGE}\n`);
+    unknownCommand(name);
     return 2;
   }
   try {
     return await command.run(args);
   } catch (error) {
     if (error instanceof UsageError || error instanceof SpecError) {
+      // One line and where to read more: the whole usage would bury the line that matters.
       process.stderr.write(
-        `partner-events ${name}: ${terminalSafeLines(error.message)}\n\n${command.usage}\n`,
+        `partner-events ${name}: ${terminalSafeLines(error.message)}\nsee 'partner-events ${name} --help'\n`,
       );
       return 2;
     }
@@ -62,6 +71,32 @@ async function main(argv: string[]): Promise<number> {
     }
     throw error;
   }
+}
+
+/** `help COMMAND`: the command's usage, as `COMMAND --help` prints it. */
+function helpFor(topic: string): number {
+  const command = COMMANDS[topic];
+  if (!command) {
+    unknownCommand(topic);
+    return 2;
+  }
+  writeLine(command.usage);
+  return 0;
+}
+
+function unknownCommand(name: string): void {
+  const hint = didYouMean(name, Object.keys(COMMANDS), (c) => `"${c}"`);
+  process.stderr.write(
+    `partner-events: unknown command "${terminalSafeLines(name)}"${hint}\nsee 'partner-events --help'\n`,
+  );
+}
+
+/** This package's version, from its package.json (two folders up from src/cli/ and from dist/cli/). */
+function packageVersion(): string {
+  const manifest = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as {
+    version: string;
+  };
+  return manifest.version;
 }
 
 main(process.argv.slice(2)).then(

@@ -14,6 +14,7 @@ import {
   checkDeadLetterFile,
   DEFAULT_DEDUPE,
   loadKeyring,
+  onStopSignals,
   openDedupe,
   parse,
   parsePositiveInt,
@@ -284,8 +285,7 @@ interface AuditFacts {
 async function replay(options: ReplayArgs, parts: ReplayParts, audit: AuditFacts): Promise<number> {
   const stop = new AbortController();
   const onSignal = () => stop.abort();
-  process.once('SIGINT', onSignal);
-  process.once('SIGTERM', onSignal);
+  const unhookSignals = onStopSignals(onSignal);
   try {
     const { summary, interrupted, report } = await runReplay({
       ...parts,
@@ -308,8 +308,7 @@ async function replay(options: ReplayArgs, parts: ReplayParts, audit: AuditFacts
     await audited(options, audit, exitCode, { counts: { ...summary }, interrupted });
     return exitCode;
   } finally {
-    process.off('SIGINT', onSignal);
-    process.off('SIGTERM', onSignal);
+    unhookSignals();
   }
 }
 

@@ -24,7 +24,9 @@ import {
   checkDeadLetterFile,
   DEFAULT_DEDUPE,
   loadKeyring,
+  onStopSignals,
   openDedupe,
+  opsPortHint,
   parse,
   parsePositiveInt,
   UsageError,
@@ -235,7 +237,7 @@ async function serveOps(worker: Worker, config: SidecarConfig): Promise<OpsServe
   } catch (cause) {
     await consumer.stop(); // closes the source and the dedupe store: nothing is left listening
     throw new ConfigError(
-      `cannot serve the ops endpoints on ${config.ops.host}:${config.ops.port}: ${errorMessage(cause)}`,
+      `cannot serve the ops endpoints on ${config.ops.host}:${config.ops.port}: ${errorMessage(cause)}${opsPortHint(cause)}`,
       { cause },
     );
   }
@@ -260,15 +262,13 @@ async function runUntilStopped(
     worker.output.stopping();
     void consumer.stop();
   };
-  process.once('SIGTERM', stop);
-  process.once('SIGINT', stop);
+  const unhookSignals = onStopSignals(stop);
   await consumer.start();
   await consumer.stopped;
   stopWatching();
   await worker.forward?.close(); // the app sees its connections end now, not at an idle timeout
   await ops?.close();
-  process.off('SIGTERM', stop);
-  process.off('SIGINT', stop);
+  unhookSignals();
 }
 
 /** Sends the spans still buffered; an unreachable collector is logged, not fatal at exit. */

@@ -1,6 +1,6 @@
 import { randomInt } from 'node:crypto';
 import { ENV_SECRET } from '../core/secrets.js';
-import { parse, parsePositiveInt, UsageError, writeLine } from './common.js';
+import { onStopSignals, parse, parsePositiveInt, UsageError, writeLine } from './common.js';
 import { signingSecret, typesMatching } from './publish.js';
 import { parsePercent, parseRate } from './rate.js';
 import {
@@ -16,7 +16,7 @@ import { terminalSafe } from './terminal-safe.js';
 /** A run publishes at most this many new events (rate × duration). */
 const MAX_EVENTS = 1_000_000;
 
-export const SIMULATE_USAGE = `Usage: partner-events simulate --to TARGET --rate N/s --duration S [options]
+export const SIMULATE_USAGE = `Usage: partner-events simulate --to TARGET [--rate N/s] [--duration S] [options]
 
 The publisher, locally: signs catalog events and delivers them to TARGET the way the service
 does (at-least-once), with the trouble a real queue brings, then prints what it sent and the set
@@ -135,8 +135,7 @@ async function runSimulation(
 ): Promise<SimulationResult> {
   const abort = new AbortController();
   const onSignal = () => abort.abort();
-  process.once('SIGINT', onSignal);
-  process.once('SIGTERM', onSignal);
+  const unhookSignals = onStopSignals(onSignal);
   let lastProgress = 0;
   let deliveries = 0;
   const onDelivery = (record: DeliveryRecord) => {
@@ -150,8 +149,7 @@ async function runSimulation(
   try {
     return await simulate({ ...settings, target, signal: abort.signal, onDelivery });
   } finally {
-    process.off('SIGINT', onSignal);
-    process.off('SIGTERM', onSignal);
+    unhookSignals();
     await target.close();
   }
 }

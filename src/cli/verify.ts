@@ -60,6 +60,12 @@ export async function verifyCommand(args: string[]): Promise<number> {
       throw new UsageError(`--now must be Unix seconds, got "${values.now}"`);
     nowMs = seconds * 1000;
   }
+  if (positionals[0] === undefined && process.stdin.isTTY) {
+    // Reading a terminal would wait, silently, for envelopes nobody is about to type.
+    throw new UsageError(
+      'no FILE given, and standard input is a terminal: give a FILE, pipe the envelopes in, or give - to type or paste them (Ctrl-D ends)',
+    );
+  }
   const keyring = loadKeyring(values['secrets-file']);
   const text = readInput(positionals[0] ?? '-');
 

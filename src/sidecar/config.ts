@@ -220,9 +220,11 @@ export function resolveSidecarConfig(layers: { file?: Plain; env?: Plain; flags?
     const leaves = new Set(configLeaves().map((l) => l.path.join('.')));
     const lines = result.error.issues.map((issue) => {
       const path = issue.path.map(String);
-      // Name the environment variable only where one exists (leaves, not whole sections).
+      // A value given as a flag is named by that flag, as typed; else the key with its
+      // environment variable, where one exists (leaves, not whole sections).
+      const flag = flagThatSet(path, flags);
       const env = leaves.has(path.join('.')) ? ` (${envName(path)})` : '';
-      const where = path.length ? `${path.join('.')}${env}` : '(config)';
+      const where = flag ?? (path.length ? `${path.join('.')}${env}` : '(config)');
       return `  - ${where}: ${issue.message}`;
     });
     throw new ConfigError(`invalid configuration:\n${lines.join('\n')}`, {
@@ -230,6 +232,16 @@ export function resolveSidecarConfig(layers: { file?: Plain; env?: Plain; flags?
     });
   }
   return result.data;
+}
+
+/** The CLI flag that set `path`, when the flags layer did: `ops.port` → `--ops-port`, `forward.url` → `--forward`. */
+function flagThatSet(path: readonly string[], flags: Plain | undefined): string | undefined {
+  let value: unknown = flags;
+  for (const key of path)
+    value = typeof value === 'object' && value !== null ? (value as Plain)[key] : undefined;
+  if (value === undefined || path.length === 0) return undefined;
+  const name = path.join('.') === 'forward.url' ? 'forward' : path.join('-');
+  return `--${name.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}`;
 }
 
 /** `forward: URL` is shorthand for `forward: { url: URL }`; expand it so layers merge field by field. */
