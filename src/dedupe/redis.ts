@@ -160,7 +160,10 @@ export class RedisDedupeStore implements DedupeStore {
     this.#firstReady = new Promise<void>((resolve) => {
       this.#resolveFirstReady = resolve;
     });
-    const up = () => this.#upIfServed(options.retentionMs);
+    const up = () => {
+      loadScripts(redis);
+      this.#upIfServed(options.retentionMs);
+    };
     redis.on('error', (error: Error) => this.#down(error));
     redis.on('close', () => this.#down(new Error('connection closed')));
     if (redis instanceof Cluster) {
@@ -358,6 +361,17 @@ async function checkConfiguration(
 
 export function createRedisDedupe(options: RedisDedupeOptions): RedisDedupeStore {
   return new RedisDedupeStore(options);
+}
+
+/**
+ * SCRIPT LOAD on every node that serves keys (on connecting, and on a cluster again once every
+ * slot is served), so the first EVALSHA of each script finds it; NOSCRIPT is the fallback.
+ */
+function loadScripts(redis: Redis | Cluster): void {
+  const nodes = redis instanceof Cluster ? redis.nodes('master') : [redis];
+  for (const node of nodes) {
+    for (const lua of Object.values(REDIS_SCRIPTS)) node.script('LOAD', lua.lua).catch(() => undefined);
+  }
 }
 
 /** A client for the options: a Cluster for `redis-cluster://…` or `nodes`, else one Redis. */
