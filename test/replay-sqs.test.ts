@@ -59,10 +59,14 @@ async function settledCount(): Promise<number> {
 }
 
 function replay(args: string[]) {
-  return runCli(['replay', `sqs:${dlq.url}`, '--dedupe', dedupe, '--settle-seconds', '1', ...args], {
-    env,
-    killAfterMs: 90_000,
-  });
+  const deadLetter = ['--dead-letter', join(dir.path, 'replay-failed.jsonl')];
+  return runCli(
+    ['replay', `sqs:${dlq.url}`, '--dedupe', dedupe, '--settle-seconds', '1', ...deadLetter, ...args],
+    {
+      env,
+      killAfterMs: 90_000,
+    },
+  );
 }
 
 beforeAll(async () => {
@@ -197,6 +201,8 @@ describe('replay from an SQS dead-letter queue', () => {
           '20/min',
           '--visibility-timeout',
           '2',
+          '--dead-letter',
+          join(dir.path, 'killed.jsonl'),
           '--json',
         ],
         { env, killAfterMs: 90_000 },
