@@ -27,7 +27,7 @@ const USAGE = `Usage: partner-events <command> [options]
 Commands:
   run      consume a queue and hand verified, de-duplicated events to your app
   verify   check envelopes from a file or stdin (signature, age, schema)
-  replay   re-drive dead events from a JSONL file, safely (to your app or back onto a queue)
+  replay   re-drive dead events from a file, a dead-letter queue or a hub, safely (to your app or a queue)
   trigger  send one signed sample event of a catalog type to a queue, an ingress or a file
   simulate the publisher, locally: signed traffic with duplicates, retries, forgeries
   demo     the whole pipeline locally, no cloud needed (what 'npm start' runs)
