@@ -321,7 +321,7 @@ if (runSidecar) {
       (appDelayMs > 0 ? `, the app answers after ${appDelayMs} ms` : ''),
   );
   console.log(
-    '    run file → forward    = run --source file:F (tsx, as a user runs it from the source); log warn: no line per event',
+    '    run file → forward    = run --source file:F (tsx, as a user runs it from the source); log debug: a line per acked event',
   );
   console.log(
     '    run file → handlers   = run --source file:F --handlers a no-op module (no forward; no floor)',
@@ -355,7 +355,7 @@ if (runSidecar) {
       (f) => f.size === r.size && f.row === (r.row.includes('file') ? 'floor file' : 'floor ingress'),
     );
   const srows: string[][] = [
-    ['body', 'row', 'ev/s', 'CPU µs/ev', 'ev/s per core', '÷ floor', 'goal', 'runs ev/s'],
+    ['body', 'row', 'ev/s', 'CPU µs/ev', 'ev/s per core', '÷ floor', 'goal', '÷ floor by CPU', 'runs ev/s'],
   ];
   for (const r of sidecarResults) {
     const floor = floorOf(r);
@@ -370,6 +370,7 @@ if (runSidecar) {
       fmtInt(1e6 / r.cpuUsPerEvent),
       ratio === undefined ? '' : fmtFixed(ratio, 2),
       ratio === undefined ? '' : `${ratio >= goal ? 'met' : 'BELOW'} (≥ ${goal})`,
+      ratio === undefined || !floor ? '' : fmtFixed(floor.cpuUsPerEvent / r.cpuUsPerEvent, 2),
       r.runs.map((x) => fmtInt(x.eventsPerSec)).join(' / '),
     ]);
   }

@@ -4,8 +4,8 @@
  * as a user starts it (from the source via tsx, default log level, SQLite dedupe in a fresh temp
  * dir, `--concurrency 64`); HTTP senders (bench/sidecar-load.ts) run in their own process.
  *
- *   run file → forward     `run --source file:F --forward APP` (and again with `--log-level warn`:
- *                          the default level writes a line per event)
+ *   run file → forward     `run --source file:F --forward APP` (and again with `--log-level debug`:
+ *                          a line per acked event, which the default level only counts)
  *   run file → handlers    `run --source file:F --handlers` a no-op module (bench/sidecar-handlers.ts)
  *   floor file             the same operations in one bare loop (bench/sidecar-floor.ts)
  *   run ingress → forward  `run --source http://…` driven by 64 keep-alive senders, closed loop
@@ -31,7 +31,7 @@ const CLOCK_TICK_US = 10_000; // USER_HZ = 100 on Linux
 
 export type SidecarRowName =
   | 'run file → forward'
-  | 'run file → forward, log warn'
+  | 'run file → forward, log debug'
   | 'run file → handlers (no-op)'
   | 'floor file'
   | 'run ingress → forward'
@@ -193,10 +193,10 @@ async function repetition(options: SidecarBenchOptions, app: Awaited<ReturnType<
     const fresh = () => writeFileSync(file, `${makeEnvelopes(options.bytes, options.n).join('\n')}\n`);
     const common = ['--forward', app.url, '--concurrency', String(options.concurrency), '--no-ops'];
 
-    // run file → forward, at the default log level (a line per event) and at warn
+    // run file → forward, at the default log level (a summary a minute) and at debug (a line per event)
     for (const [row, extra] of [
       ['run file → forward', []],
-      ['run file → forward, log warn', ['--log-level', 'warn']],
+      ['run file → forward, log debug', ['--log-level', 'debug']],
     ] as const) {
       fresh();
       let pid = 0;
@@ -376,7 +376,7 @@ export async function runSidecarBench(options: SidecarBenchOptions): Promise<Sid
   }
   const names: SidecarRowName[] = [
     'run file → forward',
-    'run file → forward, log warn',
+    'run file → forward, log debug',
     'run file → handlers (no-op)',
     'floor file',
     'run ingress → forward',
