@@ -121,11 +121,13 @@ if (runVerify) {
     );
     line('svix', r.svix, r.oursOverSvix);
     const f = r.oursOverFloor;
+    const c = r.oursOverFloorCpu;
     line(
       'floor',
       r.floor,
       f.median,
-      `${f.median >= VERIFY_FLOOR_GOAL ? 'goal met' : 'BELOW GOAL'} (≥ ${VERIFY_FLOOR_GOAL}); rounds ${fmtFixed(f.min, 2)}–${fmtFixed(f.max, 2)}`,
+      `${f.median >= VERIFY_FLOOR_GOAL ? 'goal met' : 'BELOW GOAL'} (≥ ${VERIFY_FLOOR_GOAL}); rounds ${fmtFixed(f.min, 2)}–${fmtFixed(f.max, 2)}; ` +
+        `by CPU ${fmtFixed(c.median, 2)} (${fmtFixed(c.min, 2)}–${fmtFixed(c.max, 2)})`,
     );
   }
   console.log(table(rows));
@@ -448,6 +450,11 @@ console.log(
         max: sig(r.oursOverFloor.max, 3),
       },
       goalMet: r.oursOverStripe >= VERIFY_GOAL,
+      oursOverFloorCpu: {
+        median: sig(r.oursOverFloorCpu.median, 3),
+        min: sig(r.oursOverFloorCpu.min, 3),
+        max: sig(r.oursOverFloorCpu.max, 3),
+      },
       floorGoalMet: r.oursOverFloor.median >= VERIFY_FLOOR_GOAL,
     })),
     pipeline: pipelineResults.map((r) => ({

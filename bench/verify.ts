@@ -18,6 +18,8 @@ export interface VerifyTiming {
   readonly usPerOp: number;
   /** ops/s of every timed round, for the spread. */
   readonly rounds: readonly number[];
+  /** CPU µs per op (user + system) of every timed round: steadier than ops/s on a shared machine. */
+  readonly cpuRounds: readonly number[];
 }
 
 export interface VerifySizeResult {
@@ -32,6 +34,8 @@ export interface VerifySizeResult {
   readonly oursOverSvix: number;
   /** Median of the rounds' ours ÷ floor (each round runs both back to back), with min and max. */
   readonly oursOverFloor: { readonly median: number; readonly min: number; readonly max: number };
+  /** The same by CPU time per op: floor CPU µs/op ÷ ours CPU µs/op, per round. */
+  readonly oursOverFloorCpu: { readonly median: number; readonly min: number; readonly max: number };
 }
 
 export interface VerifyBenchOptions {
@@ -122,23 +126,28 @@ export function runVerifyBench(options: VerifyBenchOptions): VerifySizeResult[] 
     }
     // Rounds interleave the implementations so drift (thermal, GC, neighbours) hits all alike.
     const samples = new Map<string, number[]>(impls.map((impl) => [impl.name, []]));
+    const cpuSamples = new Map<string, number[]>(impls.map((impl) => [impl.name, []]));
     for (let r = 0; r < options.rounds; r++) {
       for (const impl of impls) {
         const n = iterations.get(impl.name) as number;
+        const cpu = process.cpuUsage();
         const ms = runFor(impl.op, n, mask);
+        const used = process.cpuUsage(cpu);
         samples.get(impl.name)?.push((n / ms) * 1000);
+        cpuSamples.get(impl.name)?.push((used.user + used.system) / n);
       }
     }
     const timing = (name: string): VerifyTiming => {
       const rounds = samples.get(name) ?? [];
       const opsPerSec = median(rounds);
-      return { opsPerSec, usPerOp: 1e6 / opsPerSec, rounds };
+      return { opsPerSec, usPerOp: 1e6 / opsPerSec, rounds, cpuRounds: cpuSamples.get(name) ?? [] };
     };
     const ours = timing('ours');
     const stripeT = timing('stripe');
     const svixT = timing('svix');
     const floor = timing('floor');
     const perRound = ours.rounds.map((x, r) => x / (floor.rounds[r] as number));
+    const perRoundCpu = ours.cpuRounds.map((x, r) => (floor.cpuRounds[r] as number) / x);
     results.push({
       size: size.label,
       bodyBytes: size.bytes,
@@ -149,6 +158,11 @@ export function runVerifyBench(options: VerifyBenchOptions): VerifySizeResult[] 
       oursOverStripe: ours.opsPerSec / stripeT.opsPerSec,
       oursOverSvix: ours.opsPerSec / svixT.opsPerSec,
       oursOverFloor: { median: median(perRound), min: Math.min(...perRound), max: Math.max(...perRound) },
+      oursOverFloorCpu: {
+        median: median(perRoundCpu),
+        min: Math.min(...perRoundCpu),
+        max: Math.max(...perRoundCpu),
+      },
     });
   }
   if (sink < 0) console.log(sink);
