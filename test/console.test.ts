@@ -8,11 +8,11 @@ import { get } from 'node:http';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { type Browser, chromium, type Page } from 'playwright-core';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { createTestEnvelope, TEST_SIGNING_SECRET } from '../src/consumer/testing.js';
 import { deadLetterRecord } from '../src/core/dead-letter-record.js';
 import type { ErrorCode } from '../src/core/errors.js';
-import { postEnvelope, startApp, startRun } from './support/cli.js';
+import { postEnvelope, startApp, startCli, startRun } from './support/cli.js';
 import { tempDir } from './support/harness.js';
 
 const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
@@ -235,7 +235,33 @@ describe.skipIf(!haveChromium)('the console, in a browser', () => {
       .slice(before)
       .map((r) => decodeURIComponent(String(r.headers['partner-event-id'])));
     expect(ids.sort()).toEqual([replayable[0], replayable[2]].sort());
-  });
+    // Two `partner-events replay` children, each loading the CLI: seconds each on a busy machine.
+  }, 120_000);
+});
+
+describe('demo --console', () => {
+  it('keeps publishing with the console on a printed URL, and stops on ^C', async () => {
+    const demo = startCli(['demo', '--console'], { killAfterMs: 90_000 });
+    let url = '';
+    await vi.waitFor(
+      () => {
+        url = /console: (http:\/\/127\.0\.0\.1:\d+\/)/.exec(demo.output())?.[1] ?? '';
+        expect(url).not.toBe('');
+      },
+      { timeout: 30_000, interval: 100 },
+    );
+    const live = async () =>
+      (await (await fetch(`${url}console/api/live`)).json()) as { stats: { totals: Record<string, number> } };
+    // Rounds keep coming: handled events, and dead letters (the forged and stale ones).
+    await vi.waitFor(async () => expect((await live()).stats.totals.handled).toBeGreaterThan(20), {
+      timeout: 30_000,
+      interval: 200,
+    });
+    const letters = (await (await fetch(`${url}console/api/letters`)).json()) as { matching: number };
+    expect(letters.matching).toBeGreaterThan(0);
+    demo.child.kill('SIGINT');
+    expect((await demo.done).code).toBe(0);
+  }, 120_000);
 });
 
 if (SCREENSHOTS) mkdirSync(SCREENSHOTS, { recursive: true });

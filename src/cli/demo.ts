@@ -13,24 +13,32 @@ import { EVENT_TYPES } from '../core/events/schemas.js';
 import { silentLogger } from '../core/logger.js';
 import type { Outcome } from '../core/outcome.js';
 import { createSqliteDedupe } from '../dedupe/sqlite.js';
+import { LiveStats } from '../sidecar/console/index.js';
 import { createForwarder, describeUrl } from '../sidecar/forward.js';
+import { ConsumerMetrics } from '../sidecar/metrics.js';
 import { parse, parsePositiveInt, writeLine } from './common.js';
+import { runDemoConsole } from './demo-console.js';
 import { terminalSafe } from './terminal-safe.js';
 
 const DEMO_SECRET = 'demo-signing-secret-for-the-local-demo-only';
 
-export const DEMO_USAGE = `Usage: partner-events demo [--events N]
-
-  --events N   events to publish (default ${EVENT_TYPES.length}: every catalog type once)
+export const DEMO_USAGE = `Usage: partner-events demo [--events N] [--console [--ops-port N]]
 
 Runs the whole kit locally with no cloud and no Docker: a publisher signs catalog events (some
 delivered twice, one forged, one stale) into an in-process queue; the worker verifies,
-de-duplicates (SQLite) and forwards them to a stand-in app on 127.0.0.1; each outcome is shown.`;
+de-duplicates (SQLite) and forwards them to a stand-in app on 127.0.0.1; each outcome is shown.
+
+  --events N     events to publish (default ${EVENT_TYPES.length}: every catalog type once)
+  --console      keep running, publishing a round of events every 2 s, with the console of
+                 \`run\` open on a printed URL (docs/console.md); ^C stops
+  --ops-port N   the console's port with --console (default: any free port)`;
 
 /** The `npm start` job: shows events flowing through every stage of the pipeline. */
 export async function demoCommand(args: string[]): Promise<number> {
   const { values } = parse(args, {
     events: { type: 'string', default: String(EVENT_TYPES.length) },
+    console: { type: 'boolean', default: false },
+    'ops-port': { type: 'string', default: '0' },
     help: { type: 'boolean', short: 'h', default: false },
   });
   if (values.help) {
@@ -40,7 +48,9 @@ export async function demoCommand(args: string[]): Promise<number> {
   const count = parsePositiveInt('--events', values.events, EVENT_TYPES.length);
   const dir = mkdtempSync(join(tmpdir(), 'partner-events-demo-'));
   const app = await startApp();
-  const source = createMemorySource({ name: 'demo-queue', endWhenEmpty: true });
+  const source = createMemorySource({ name: 'demo-queue', endWhenEmpty: !values.console });
+  const live = values.console ? new LiveStats() : undefined;
+  const metrics = values.console ? new ConsumerMetrics() : undefined;
   const deadLetterPath = join(dir, 'dead-letters.jsonl');
   const stats: DemoStats = { handled: 0, duplicates: 0, dead: 0, retries: 0 };
   printSetup(join(dir, 'dedupe.db'), app.url, deadLetterPath);
@@ -54,11 +64,32 @@ export async function demoCommand(args: string[]): Promise<number> {
     concurrency: 4,
     // Quick retries so the forged event reaches the dead letters within the demo.
     retry: { maxAttempts: 3, baseDelayMs: 100, maxDelayMs: 400 },
-    onSettled: (report) => printOutcome(report, stats),
+    onSettled: (report) => {
+      if (!live) return printOutcome(report, stats);
+      live.observe(report);
+      metrics?.observe(report);
+    },
   });
   const forward = createForwarder({ url: app.url, connections: 4 });
   consumer.on('*', forward);
   const sent = publish(source, count);
+  if (live && metrics) {
+    await runDemoConsole({
+      consumer,
+      source,
+      live,
+      metrics,
+      appUrl: app.url,
+      dedupePath: join(dir, 'dedupe.db'),
+      deadLetterPath,
+      signingSecret: DEMO_SECRET,
+      publish: () => publish(source, count),
+      opsPort: Number(values['ops-port']),
+    });
+    await forward.close();
+    await app.close();
+    return 0;
+  }
 
   await consumer.start();
   await consumer.stopped;
