@@ -55,20 +55,10 @@ export async function demoCommand(args: string[]): Promise<number> {
   const stats: DemoStats = { handled: 0, duplicates: 0, dead: 0, retries: 0 };
   printSetup(join(dir, 'dedupe.db'), app.url, deadLetterPath);
 
-  const consumer = createConsumer({
-    source,
-    secrets: [{ id: 'current', secret: DEMO_SECRET }],
-    dedupe: createSqliteDedupe({ path: join(dir, 'dedupe.db') }),
-    deadLetter: deadLetterPath,
-    logger: silentLogger(),
-    concurrency: 4,
-    // Quick retries so the forged event reaches the dead letters within the demo.
-    retry: { maxAttempts: 3, baseDelayMs: 100, maxDelayMs: 400 },
-    onSettled: (report) => {
-      if (!live) return printOutcome(report, stats);
-      live.observe(report);
-      metrics?.observe(report);
-    },
+  const consumer = demoConsumer(source, dir, deadLetterPath, (report) => {
+    if (!live) return printOutcome(report, stats);
+    live.observe(report);
+    metrics?.observe(report);
   });
   const forward = createForwarder({ url: app.url, connections: 4 });
   consumer.on('*', forward);
@@ -98,6 +88,25 @@ export async function demoCommand(args: string[]): Promise<number> {
   const once = sent.every((id) => app.received.get(id) === 1);
   printTotals(stats, app.received.size, once, deadLetterPath);
   return once && stats.handled === sent.length ? 0 : 1;
+}
+
+/** The worker of the demo: SQLite dedupe in `dir`, quick retries so the forged event dies within the demo. */
+function demoConsumer(
+  source: MemorySource,
+  dir: string,
+  deadLetterPath: string,
+  onSettled: (report: SettledReport) => void,
+) {
+  return createConsumer({
+    source,
+    secrets: [{ id: 'current', secret: DEMO_SECRET }],
+    dedupe: createSqliteDedupe({ path: join(dir, 'dedupe.db') }),
+    deadLetter: deadLetterPath,
+    logger: silentLogger(),
+    concurrency: 4,
+    retry: { maxAttempts: 3, baseDelayMs: 100, maxDelayMs: 400 },
+    onSettled,
+  });
 }
 
 interface DemoStats {
