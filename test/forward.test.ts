@@ -8,6 +8,7 @@ import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { createTestEnvelope } from '../src/consumer/testing.js';
 import { ConfigError } from '../src/core/errors.js';
+import { createHttpHandoff, type HttpHandoffFailure } from '../src/core/http-handoff.js';
 import { createForwarder } from '../src/sidecar/forward.js';
 import { runCli, runReplay, runWithConfig, startServer } from './support/cli.js';
 import { type Harness, harness, tempDir } from './support/harness.js';
@@ -469,5 +470,31 @@ describe('--to http(s) over a keep-alive pool', () => {
     expect(result.code).toBe(1);
     expect(result.stderr).toContain(`POST ${closed.url} failed: connection refused (ECONNREFUSED)`);
     expect(result.stderr).not.toContain('S3cr3t');
+  });
+});
+
+describe('a hand-off without an answer names the address it tried', () => {
+  it('a host name that resolves to a refusing address: the code and that address', async () => {
+    const closed = await startServer(() => undefined);
+    const port = new URL(closed.origin).port;
+    await closed.close();
+    const named = createHttpHandoff(`http://localhost:${port}/events`, { connections: 1, timeoutMs: 5000 });
+    const literal = createHttpHandoff(`http://127.0.0.1:${port}/events`, { connections: 1, timeoutMs: 5000 });
+    try {
+      const byName: unknown = await named.post({ headers: {}, body: '{}' }).catch((error: unknown) => error);
+      expect((byName as HttpHandoffFailure).reason).toMatch(
+        new RegExp(
+          `^failed: connection refused \\(ECONNREFUSED\\), address (127\\.0\\.0\\.1|\\[::1\\]):${port}`,
+        ),
+      );
+      // An IP address in the URL is named already: said once.
+      const byAddress: unknown = await literal
+        .post({ headers: {}, body: '{}' })
+        .catch((error: unknown) => error);
+      expect((byAddress as HttpHandoffFailure).reason).toBe('failed: connection refused (ECONNREFUSED)');
+    } finally {
+      await named.close();
+      await literal.close();
+    }
   });
 });

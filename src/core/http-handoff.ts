@@ -111,11 +111,12 @@ export function createHttpHandoff(url: string | URL, options: HttpHandoffOptions
         // A kept-alive connection the app closed while it sat idle fails the next request sent on
         // it before any answer (the app never saw it). Send once more on a fresh connection: at
         // worst the app sees the event twice, which any retry can do (partner-event-id tells).
-        if (!closedBeforeAnswer(error) || request.signal?.aborted) throw failure(error, request, timeoutMs);
+        if (!closedBeforeAnswer(error) || request.signal?.aborted)
+          throw failure(error, request, parsed, timeoutMs);
         try {
           return await once(request);
         } catch (again) {
-          throw failure(again, request, timeoutMs);
+          throw failure(again, request, parsed, timeoutMs);
         }
       }
     },
@@ -164,7 +165,22 @@ const REASONS: Readonly<Record<string, string>> = {
   UND_ERR_SOCKET: 'failed: connection closed before an answer',
 };
 
-function failure(error: unknown, request: HttpPost, timeoutMs: number): HttpHandoffFailure {
+/**
+ * The addresses a failed connection went to (`127.0.0.1:8080`, `[::1]:8080`), from the system
+ * errors down the chain: which address a host name resolved to, when the URL names a host.
+ */
+function addressesOf(error: unknown, found: string[] = []): string[] {
+  if (typeof error !== 'object' || error === null) return found;
+  const { address, port } = error as { address?: unknown; port?: unknown };
+  if (typeof address === 'string' && typeof port === 'number') {
+    const where = `${address.includes(':') ? `[${address}]` : address}:${port}`;
+    if (!found.includes(where)) found.push(where);
+  }
+  if (error instanceof AggregateError) for (const each of error.errors) addressesOf(each, found);
+  return addressesOf((error as { cause?: unknown }).cause, found);
+}
+
+function failure(error: unknown, request: HttpPost, url: URL, timeoutMs: number): HttpHandoffFailure {
   const code = codeOf(error);
   let reason: string;
   if (request.signal?.aborted) {
@@ -176,5 +192,8 @@ function failure(error: unknown, request: HttpPost, timeoutMs: number): HttpHand
   } else {
     reason = (code && REASONS[code]) ?? `failed: ${errorMessage(error)}${code ? ` (${code})` : ''}`;
   }
+  // A URL with an IP address names it already; a host name does not say which address was tried.
+  const addresses = addressesOf(error).filter((a) => a !== url.host);
+  if (addresses.length > 0) reason += `, address ${addresses.join(', ')}`;
   return new HttpHandoffFailure(reason, { cause: error });
 }
