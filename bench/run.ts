@@ -7,13 +7,14 @@
  *       beside a bare-loop floor doing the same work, with memory figures;
  *   (c) the dedupe stores alone;
  *   (d) the sidecar: `partner-events run --forward` to an app in its own process, from a file and
- *       from the HTTP ingress, beside floors doing the same operations bare (bench/sidecar.ts).
+ *       from the HTTP ingress, beside floors doing the same operations bare (bench/sidecar.ts);
+ *   (f) the serverless subpaths' cold start: import and first event in fresh processes (bench/serverless.ts).
  *
  * Prints a table per section, then one JSON line with every figure (the last line of output).
  *
  *   npm run bench                       full run (~1 minute on 2 cores)
  *   npm run bench -- --quick            smoke test (a few seconds)
- *   npm run bench -- --only verify      some sections, comma-separated (verify, pipeline, dedupe, sidecar, redis)
+ *   npm run bench -- --only verify      some sections, comma-separated (verify, pipeline, dedupe, sidecar, redis, serverless)
  *   npm run bench -- --sizes 300B,2KB   some sizes (the sidecar section: 300 B unless given)
  *   npm run bench -- --only sidecar --app-delay-ms 20 --sidecar-concurrency 16
  *                                       the sidecar section against a slow app
@@ -26,6 +27,7 @@ import { type DedupeBenchRow, runDedupeBench } from './dedupe.js';
 import { SIZES, sizeByLabel } from './fixtures.js';
 import type { PipelineSizeResult, RatioSpread, RunSeries } from './pipeline.js';
 import { type RedisBenchResult, redisJson, runRedisSection } from './redis.js';
+import { printServerlessRows, runServerlessBench, type ServerlessRow } from './serverless.js';
 import { runSidecarBench, type SidecarRow } from './sidecar.js';
 import { fmtFixed, fmtInt, fmtMiB, sig, table } from './stats.js';
 import { runVerifyBench, type VerifySizeResult, type VerifyTiming } from './verify.js';
@@ -42,7 +44,7 @@ const { values } = parseArgs({
 });
 const quick = values.quick;
 const sizes = values.sizes ? values.sizes.split(',').map((s) => sizeByLabel(s.trim()).label) : undefined;
-const SECTIONS = ['verify', 'pipeline', 'dedupe', 'sidecar', 'redis'];
+const SECTIONS = ['verify', 'pipeline', 'dedupe', 'sidecar', 'redis', 'serverless'];
 const only = values.only?.split(',').map((s) => s.trim());
 const unknownSection = only?.find((s) => !SECTIONS.includes(s));
 if (unknownSection !== undefined) {
@@ -53,6 +55,7 @@ const runPipeline = only === undefined || only.includes('pipeline');
 const runDedupe = only === undefined || only.includes('dedupe');
 const runSidecar = only === undefined || only.includes('sidecar');
 const runRedis = only === undefined || only.includes('redis');
+const runServerless = only === undefined || only.includes('serverless');
 
 const VERIFY_GOAL = 1; // ours at least as fast as Stripe's
 const VERIFY_FLOOR_GOAL = 0.95; // ours at least 0.95× its bare floor
@@ -391,6 +394,15 @@ if (runSidecar) {
 let redisResult: RedisBenchResult | undefined;
 if (runRedis) redisResult = await runRedisSection({ quick });
 
+// ── (f) serverless cold start ───────────────────────────────────────────────────────────────────
+let serverlessResults: ServerlessRow[] = [];
+if (runServerless) {
+  const runs = quick ? 2 : 7;
+  console.log(`\n(f) Serverless subpaths' cold start, from dist/ — median of ${runs} fresh processes each`);
+  serverlessResults = await runServerlessBench({ runs });
+  printServerlessRows(serverlessResults);
+}
+
 const totalSeconds = (performance.now() - t0) / 1000;
 console.log(`\nTotal ${totalSeconds.toFixed(1)} s`);
 
@@ -410,6 +422,7 @@ console.log(
   JSON.stringify({
     bench: 'partner-health-events',
     quick,
+    serverless: serverlessResults,
     node: process.version,
     cpus: availableParallelism(),
     cpuModel: cpu,

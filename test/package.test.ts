@@ -116,6 +116,25 @@ describe('the built package', () => {
     }
   });
 
+  it('the serverless entries load no cloud SDK at import, and the root entry loads neither of them', () => {
+    // Lambda loads @aws-sdk/client-sqs with import() only when a dead-letter queue is configured;
+    // the Azure wrappers take the clients you build, so @azure/* are type imports only.
+    for (const entry of ['serverless/lambda.js', 'serverless/azure-functions.js']) {
+      const packages = staticImports(dist(entry));
+      expect(packages, entry).toContain('os'); // a positive control: the imports are read
+      for (const sdk of [
+        '@aws-sdk/client-sqs',
+        '@azure/functions',
+        '@azure/storage-queue',
+        '@azure/event-hubs',
+      ]) {
+        expect(packages, entry).not.toContain(sdk);
+      }
+    }
+    const root = readFileSync(dist('index.js'), 'utf8');
+    expect(root).not.toMatch(/sqsHandler|eventHubHandler|storageQueueHandler/);
+  });
+
   it("the adapters' published option types show each option's documentation, default included", () => {
     // What an editor shows for an option: its JSDoc, read through the built .d.ts files.
     const cases = [
