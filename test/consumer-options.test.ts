@@ -123,6 +123,24 @@ describe('the settled log', () => {
       key_ids: { current: 2, previous: 1 },
     });
   });
+  it('counts any key id, even one named like an object property', async () => {
+    const { createTestEnvelope } = await import('../src/consumer/testing.js');
+    const lines: string[] = [];
+    const logger = pino({ level: 'info' }, { write: (line: string) => void lines.push(line) });
+    const source = createMemorySource({ endWhenEmpty: true });
+    const consumer = createConsumer({
+      source,
+      logger,
+      secrets: [{ id: '__proto__', secret: TEST_SIGNING_SECRET }],
+      deadLetter: join(dir.path, 'dead.jsonl'),
+    });
+    consumer.on('*', vi.fn());
+    source.send(createTestEnvelope('daily.data.steps.created').raw);
+    await consumer.start();
+    await consumer.stopped;
+    const summary = lines.map((l) => JSON.parse(l)).find((l) => l.msg === 'events settled');
+    expect(Object.entries(summary.key_ids)).toEqual([['__proto__', 1]]);
+  });
 });
 
 describe('secrets never leak', () => {

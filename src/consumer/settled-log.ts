@@ -11,12 +11,12 @@ interface Tally {
   ignored: number;
   retried: number;
   dead_lettered: number;
-  /** Verified events per signing key id (to follow a key rotation). */
-  key_ids: Record<string, number>;
+  /** Verified events per signing key id (to follow a key rotation); a Map, whatever the ids. */
+  keyIds: Map<string, number>;
 }
 
 function emptyTally(): Tally {
-  return { handled: 0, duplicate: 0, ignored: 0, retried: 0, dead_lettered: 0, key_ids: {} };
+  return { handled: 0, duplicate: 0, ignored: 0, retried: 0, dead_lettered: 0, keyIds: new Map() };
 }
 
 /**
@@ -55,7 +55,7 @@ export class SettledLog {
   note(result: ProcessResult, message: RawMessage, quiet: boolean): void {
     const { outcome, keyId } = result;
     const tally = this.#tally;
-    if (keyId !== undefined) tally.key_ids[keyId] = (tally.key_ids[keyId] ?? 0) + 1;
+    if (keyId !== undefined) tally.keyIds.set(keyId, (tally.keyIds.get(keyId) ?? 0) + 1);
     if (outcome.kind === 'ack') {
       tally[outcome.result]++;
       if (this.#logger.isLevelEnabled('debug')) logSettled(this.#logger, result, message);
@@ -75,7 +75,8 @@ export class SettledLog {
     this.#tally = emptyTally();
     const seconds = Math.round((now - this.#since) / 100) / 10;
     this.#since = now;
-    this.#logger.info({ ...tally, settled, seconds }, 'events settled');
+    const { keyIds, ...counts } = tally;
+    this.#logger.info({ ...counts, key_ids: Object.fromEntries(keyIds), settled, seconds }, 'events settled');
   }
 }
 
