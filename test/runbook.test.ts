@@ -8,11 +8,15 @@ import { spawn, spawnSync } from 'node:child_process';
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { SendMessageCommand } from '@aws-sdk/client-sqs';
+import { QueueServiceClient } from '@azure/storage-queue';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { createTestEnvelope, forgedEnvelope } from '../src/consumer/testing.js';
 import { createSqliteDedupe } from '../src/dedupe/sqlite.js';
+import { Azurite } from './support/azurite.js';
 import { cliEnv, collectOutput, startApp, startRun } from './support/cli.js';
-import { startFauxqsQueue } from './support/fauxqs.js';
+import { EventHubsBroker } from './support/event-hubs-broker.js';
+import { sqsCounts, startFauxqsQueue } from './support/fauxqs.js';
 import { tempDir } from './support/harness.js';
 import { deadRecord, jsonLines } from './support/records.js';
 
@@ -37,16 +41,23 @@ function runbookBlocks(): Block[] {
   return blocks;
 }
 
-/** The script for one way through step 6: settings replaced, the other way's block left out. */
-function script(variant: 'A' | 'B', settings: Record<string, string>): string {
+/** Step 10's blocks, one broker each: run with the settings alone, not the file's steps. */
+type BrokerVariant = 'sqs' | 'poisonqueue' | 'hub';
+
+/**
+ * The script for one way through step 6 (settings replaced, the other way's block left out), or
+ * for one broker of step 10 (the settings and that broker's blocks only).
+ */
+function script(variant: 'A' | 'B' | BrokerVariant, settings: Record<string, string>): string {
   const blocks = runbookBlocks();
   expect(blocks.filter((b) => b.variant === 'settings')).toHaveLength(1);
-  expect(blocks.filter((b) => b.variant === variant)).toHaveLength(1);
+  expect(blocks.filter((b) => b.variant === variant).length).toBeGreaterThan(0);
+  const fileSteps = variant === 'A' || variant === 'B';
   const lines = ['set -u', `pe_cli() { node --import ${JSON.stringify(TSX)} ${JSON.stringify(MAIN)} "$@"; }`];
   for (const block of blocks) {
     if (block.variant === 'settings') {
       for (const [name, value] of Object.entries(settings)) lines.push(`${name}=${JSON.stringify(value)}`);
-    } else if (block.variant === undefined || block.variant === variant) {
+    } else if ((block.variant === undefined && fileSteps) || block.variant === variant) {
       lines.push(block.code.replaceAll('npx partner-health-events', 'pe_cli'));
     }
   }
@@ -54,7 +65,11 @@ function script(variant: 'A' | 'B', settings: Record<string, string>): string {
 }
 
 /** Runs one way through the runbook in bash, in the test's directory, with the CLI's test environment. */
-function runRunbook(variant: 'A' | 'B', settings: Record<string, string>, env: NodeJS.ProcessEnv) {
+function runRunbook(
+  variant: 'A' | 'B' | BrokerVariant,
+  settings: Record<string, string>,
+  env: NodeJS.ProcessEnv,
+) {
   const child = spawn('bash', ['-c', script(variant, settings)], {
     cwd: dir.path,
     env: cliEnv(env),
@@ -171,4 +186,123 @@ describe.skipIf(!hasJq)('docs/replay-runbook.md, run as written', () => {
       await sqs.close();
     }
   }, 60_000);
+});
+
+/** Two events the app missed and a forgery, as they sit on a side channel. */
+function sideChannelEvents() {
+  const missed = [createTestEnvelope('daily.data.steps.created'), createTestEnvelope('coach.nudge.created')];
+  return { missed, forged: forgedEnvelope('daily.data.weight.created') };
+}
+
+/** Step 10's report: the two missed events forwarded, the forgery rejected (and left where it was). */
+function expectDrained(
+  result: { stdout: string; stderr: string },
+  report: string,
+  missed: readonly { eventId: string }[],
+  app: { eventIds(): string[] },
+) {
+  expect(result.stderr).not.toMatch(/unbound variable|command not found|jq: error/);
+  expect(result.stdout).toContain('exit 1'); // the forgery is rejected: expected
+  expect(jsonLines(readFileSync(join(dir.path, report), 'utf8')).at(-1)).toMatchObject({
+    total: 3,
+    forwarded: 2,
+    rejected: 1,
+  });
+  expect(app.eventIds().sort()).toEqual(missed.map((e) => e.eventId).sort());
+}
+
+describe('docs/replay-runbook.md step 10, run as written', () => {
+  const settingsOf = (app: string, more: Record<string, string>) => ({
+    DEDUPE: `sqlite:${join(dir.path, 'dedupe.db')}`,
+    APP: app,
+    ...more,
+  });
+
+  it('SQS: drains the dead-letter queue, leaving the forgery on it', async () => {
+    const sqs = await startFauxqsQueue('runbook-dlq');
+    const app = await startApp();
+    try {
+      const { missed, forged } = sideChannelEvents();
+      for (const e of [...missed, forged]) {
+        await sqs.client.send(new SendMessageCommand({ QueueUrl: sqs.queue.url, MessageBody: e.raw }));
+      }
+      const result = await runRunbook('sqs', settingsOf(app.url, { DLQ: `sqs:${sqs.queue.url}` }), sqs.env);
+      expect(result.stdout).toContain('"would_forward":2');
+      expectDrained(result, 'dlq-report.jsonl', missed, app);
+      await vi.waitFor(async () => expect((await sqsCounts(sqs.client, sqs.queue.url)).visible).toBe(1));
+    } finally {
+      await app.close();
+      await sqs.close();
+    }
+  }, 90_000);
+
+  it('Storage Queue: drains the poison queue, leaving the forgery on it', async () => {
+    const azurite = await Azurite.start('queue');
+    const app = await startApp();
+    try {
+      const poison = QueueServiceClient.fromConnectionString(azurite.connectionString).getQueueClient(
+        'orders-poison',
+      );
+      await poison.create();
+      const { missed, forged } = sideChannelEvents();
+      for (const e of [...missed, forged]) await poison.sendMessage(e.raw);
+      const env = { AZURE_STORAGE_CONNECTION_STRING: azurite.connectionString };
+      const result = await runRunbook(
+        'poisonqueue',
+        settingsOf(app.url, { POISON_QUEUE: `azure-storage-queue:${poison.name}` }),
+        env,
+      );
+      expect(result.stdout).toContain('"would_forward":2');
+      expectDrained(result, 'poison-report.jsonl', missed, app);
+      expect((await poison.peekMessages({ numberOfMessages: 32 })).peekedMessageItems).toHaveLength(1);
+    } finally {
+      await app.close();
+      await azurite.stop();
+    }
+  }, 90_000);
+
+  it('Event Hubs: replays the poison hub, then rewinds a window of the main hub', async () => {
+    const broker = await EventHubsBroker.start();
+    const app = await startApp();
+    try {
+      const poisonHub = await broker.createHub(1);
+      const hub = await broker.createHub(2);
+      const { missed, forged } = sideChannelEvents();
+      for (const e of [...missed, forged]) await poisonHub.publish('0', e.raw);
+      const [before, inside, after] = [
+        createTestEnvelope('daily.data.steps.created'),
+        createTestEnvelope('daily.data.steps.created'),
+        createTestEnvelope('daily.data.steps.created'),
+      ];
+      /** The clock past the hub's last enqueue time (ms), as the window's edge. */
+      const edge = async () => {
+        const times = (await Promise.all(hub.partitionIds.map((id) => hub.events(id))))
+          .flat()
+          .map((e) => e.enqueuedTime);
+        const last = Math.max(...times);
+        await vi.waitFor(() => expect(Date.now()).toBeGreaterThan(last + 1), { interval: 1 });
+        return new Date(last + 1).toISOString();
+      };
+      await hub.publish('0', before.raw);
+      const since = await edge();
+      await hub.publish('1', inside.raw);
+      const until = await edge();
+      await hub.publish('0', after.raw);
+      const env = { EVENTHUBS_CONNECTION_STRING: hub.connectionString };
+      const settings = settingsOf(app.url, {
+        POISON_HUB: `azure-event-hubs:${poisonHub.name}`,
+        HUB: `azure-event-hubs:${hub.name}`,
+        SINCE: since,
+        UNTIL: until,
+      });
+      const result = await runRunbook('hub', settings, env);
+      expect(result.stdout).toMatch(/exit 1\nexit 0/); // the forgery, then the clean rewind
+      const rewind = jsonLines(readFileSync(join(dir.path, 'rewind-report.jsonl'), 'utf8')).at(-1);
+      expect(rewind).toMatchObject({ total: 1, forwarded: 1 });
+      expect(app.eventIds().sort()).toEqual([...missed, inside].map((e) => e.eventId).sort());
+    } finally {
+      await app.close();
+      await broker.stop();
+    }
+  }, 90_000);
 });
