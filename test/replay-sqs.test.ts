@@ -146,6 +146,22 @@ describe('replay from an SQS dead-letter queue', () => {
     expect(await settledCount()).toBe(5);
   }, 60_000);
 
+  it('messages the filters leave out are visible again at once; --max caps what is read', async () => {
+    const app = await startApp();
+    try {
+      const result = await replay(['--forward', app.url, '--type', 'no.such.type', '--json']);
+      expect(result.code, result.stderr).toBe(0);
+      expect(jsonLines(result.stdout).at(-1)).toMatchObject({ total: 0, filtered_out: 5 });
+      expect(app.received).toHaveLength(0);
+      expect(await settledCount()).toBe(5);
+      const capped = await replay(['--dry-run', '--json', '--max', '2']);
+      expect(jsonLines(capped.stdout).at(-1)).toMatchObject({ total: 2 });
+      expect(await settledCount()).toBe(5);
+    } finally {
+      await app.close();
+    }
+  }, 60_000);
+
   it('a failure leaves the message on the queue and in the dead-letter file; a done event is deleted', async () => {
     const failing = await startApp(() => 500);
     const deadLetter = join(dir.path, 'failed-1.jsonl');
