@@ -9,12 +9,13 @@
  *   (d) the sidecar: `partner-events run --forward` to an app in its own process, from a file and
  *       from the HTTP ingress, beside floors doing the same operations bare (bench/sidecar.ts);
  *   (f) the serverless subpaths' cold start: import and first event in fresh processes (bench/serverless.ts).
+ *   (g) the console's dead-letter table over a 100,000-line file (bench/console.ts).
  *
  * Prints a table per section, then one JSON line with every figure (the last line of output).
  *
  *   npm run bench                       full run (~1 minute on 2 cores)
  *   npm run bench -- --quick            smoke test (a few seconds)
- *   npm run bench -- --only verify      some sections, comma-separated (verify, pipeline, dedupe, sidecar, redis, serverless)
+ *   npm run bench -- --only verify      some sections, comma-separated (verify, pipeline, dedupe, sidecar, redis, serverless, console)
  *   npm run bench -- --sizes 300B,2KB   some sizes (the sidecar section: 300 B unless given)
  *   npm run bench -- --only sidecar --app-delay-ms 20 --sidecar-concurrency 16
  *                                       the sidecar section against a slow app
@@ -23,6 +24,7 @@ import { fork } from 'node:child_process';
 import { availableParallelism, cpus } from 'node:os';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
+import { type ConsoleBenchResult, consoleJson, runConsoleSection } from './console.js';
 import { type DedupeBenchRow, runDedupeBench } from './dedupe.js';
 import { SIZES, sizeByLabel } from './fixtures.js';
 import type { PipelineSizeResult, RatioSpread, RunSeries } from './pipeline.js';
@@ -44,7 +46,7 @@ const { values } = parseArgs({
 });
 const quick = values.quick;
 const sizes = values.sizes ? values.sizes.split(',').map((s) => sizeByLabel(s.trim()).label) : undefined;
-const SECTIONS = ['verify', 'pipeline', 'dedupe', 'sidecar', 'redis', 'serverless'];
+const SECTIONS = ['verify', 'pipeline', 'dedupe', 'sidecar', 'redis', 'serverless', 'console'];
 const only = values.only?.split(',').map((s) => s.trim());
 const unknownSection = only?.find((s) => !SECTIONS.includes(s));
 if (unknownSection !== undefined) {
@@ -56,6 +58,7 @@ const runDedupe = only === undefined || only.includes('dedupe');
 const runSidecar = only === undefined || only.includes('sidecar');
 const runRedis = only === undefined || only.includes('redis');
 const runServerless = only === undefined || only.includes('serverless');
+const runConsole = only === undefined || only.includes('console');
 
 const VERIFY_GOAL = 1; // ours at least as fast as Stripe's
 const VERIFY_FLOOR_GOAL = 0.95; // ours at least 0.95× its bare floor
@@ -403,6 +406,10 @@ if (runServerless) {
   printServerlessRows(serverlessResults);
 }
 
+// ── (g) the console's dead-letter table (bench/console.ts) ───────────────────────────────────────
+let consoleResult: ConsoleBenchResult | undefined;
+if (runConsole) consoleResult = await runConsoleSection({ quick });
+
 const totalSeconds = (performance.now() - t0) / 1000;
 console.log(`\nTotal ${totalSeconds.toFixed(1)} s`);
 
@@ -447,6 +454,7 @@ console.log(
       ...(r.wallMs === undefined ? {} : { wallMs: sig(r.wallMs) }),
     })),
     redis: redisJson(redisResult),
+    console: consoleJson(consoleResult),
     dedupe: dedupeResults.map((r) => ({ store: r.store, mode: r.mode, pairsPerSec: sig(r.pairsPerSec) })),
     verify: verifyResults.map((r) => ({
       size: r.size,

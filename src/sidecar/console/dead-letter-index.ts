@@ -40,7 +40,8 @@ export interface LetterPage {
 interface Entry {
   readonly offset: number;
   readonly length: number;
-  readonly summary: LetterSummary;
+  /** Parsed from the line the first time a page or a filter needs it. */
+  summary: LetterSummary | undefined;
 }
 
 const CHUNK = 1 << 20;
@@ -48,10 +49,11 @@ const CHUNK = 1 << 20;
 const MAX_FIELD = 200;
 
 /**
- * An index of the dead-letter file by line offsets, for the console: the file is read once,
- * then only what was appended since; the table's fields of each line are kept (bounded), the
- * line itself is read from disk when asked for. A file that shrank or was replaced is indexed
- * again under a new generation.
+ * An index of the dead-letter file by line offsets, for the console: the file is scanned for
+ * newlines once, then only what was appended since. A line is parsed when a page shows it or a
+ * filter asks about it, and only the table's fields are kept (bounded); the line itself is read
+ * from disk when asked for. A file that shrank or was replaced is indexed again under a new
+ * generation.
  */
 export class DeadLetterIndex {
   readonly path: string;
@@ -86,37 +88,75 @@ export class DeadLetterIndex {
   /** Newest first, filtered, one page. */
   page(filter: LetterFilter, page: number, pageSize: number): LetterPage {
     this.refresh();
-    const matches = (s: LetterSummary) => letterMatches(s, filter);
+    const total = this.#entries.length;
+    const skip = page * pageSize;
+    if (!filtering(filter)) {
+      // No filter: the page is a slice of the offsets, and only its lines are parsed.
+      const letters: LetterSummary[] = [];
+      if (total === 0) return { generation: this.generation, total, matching: total, letters };
+      this.#withFile((fd) => {
+        for (let i = total - 1 - skip; i >= 0 && letters.length < pageSize; i--)
+          letters.push(this.#summary(i, fd));
+      });
+      return { generation: this.generation, total, matching: total, letters };
+    }
     const letters: LetterSummary[] = [];
     let matching = 0;
-    const skip = page * pageSize;
-    for (let i = this.#entries.length - 1; i >= 0; i--) {
-      const { summary } = this.#entries[i] as Entry;
-      if (!matches(summary)) continue;
-      if (matching >= skip && letters.length < pageSize) letters.push(summary);
-      matching++;
+    if (total > 0) {
+      this.#withFile((fd) => {
+        for (let i = total - 1; i >= 0; i--) {
+          const summary = this.#summary(i, fd);
+          if (!letterMatches(summary, filter)) continue;
+          if (matching >= skip && letters.length < pageSize) letters.push(summary);
+          matching++;
+        }
+      });
     }
-    return { generation: this.generation, total: this.#entries.length, matching, letters };
+    return { generation: this.generation, total, matching, letters };
   }
 
   /** Line numbers of every letter matching the filter, oldest first. */
   select(filter: LetterFilter): number[] {
     this.refresh();
-    return this.#entries.filter((e) => letterMatches(e.summary, filter)).map((e) => e.summary.n);
+    const numbers: number[] = [];
+    if (this.#entries.length === 0) return numbers;
+    this.#withFile((fd) => {
+      for (let i = 0; i < this.#entries.length; i++)
+        if (letterMatches(this.#summary(i, fd), filter)) numbers.push(i);
+    });
+    return numbers;
   }
 
   /** The line of letter `n`, as written, or undefined when there is none. */
   line(n: number): string | undefined {
     const entry = this.#entries[n];
     if (!entry) return undefined;
+    return this.#read(entry);
+  }
+
+  #summary(n: number, fd?: number): LetterSummary {
+    const entry = this.#entries[n] as Entry;
+    entry.summary ??= summarize(n, this.#read(entry, fd));
+    return entry.summary;
+  }
+
+  #read(entry: Entry, fd?: number): string {
     const buffer = Buffer.alloc(entry.length);
+    if (fd !== undefined) {
+      readSync(fd, buffer, 0, entry.length, entry.offset);
+      return buffer.toString('utf8');
+    }
+    return this.#withFile((file) => this.#read(entry, file));
+  }
+
+  /** One descriptor for the many reads of a page or a filter. */
+  #withFile<T>(use: (fd: number) => T): T {
     const fd = openSync(this.path, 'r');
     try {
-      readSync(fd, buffer, 0, entry.length, entry.offset);
+      return use(fd);
     } finally {
       closeSync(fd);
     }
-    return buffer.toString('utf8');
   }
 
   #reset(identity: string): void {
@@ -153,20 +193,15 @@ export class DeadLetterIndex {
 
   #add(line: Buffer, offset: number): void {
     if (line.length === 0) return;
-    const n = this.#entries.length;
-    this.#entries.push({ offset, length: line.length, summary: summarize(n, line.toString('utf8')) });
+    this.#entries.push({ offset, length: line.length, summary: undefined });
   }
 }
 
 function summarize(n: number, line: string): LetterSummary {
-  let record: Record<string, unknown> = {};
-  try {
-    const parsed: unknown = JSON.parse(line);
-    if (parsed && typeof parsed === 'object') record = parsed as Record<string, unknown>;
-  } catch {
-    return unreadable(n);
-  }
-  const claimed = claimedIds(record);
+  const record = parseRecord(line);
+  if (!record) return unreadable(n);
+  const claimed =
+    record.event_id === null || record.event_id === undefined ? claimedIds(record, line) : NO_CLAIM;
   return {
     n,
     at: text(record.dead_lettered_at) ?? '',
@@ -179,6 +214,27 @@ function summarize(n: number, line: string): LetterSummary {
     claimedEventType: claimed.eventType,
     source: text(record.source) ?? '',
   };
+}
+
+const NO_CLAIM = { eventId: null, eventType: null } as const;
+
+/**
+ * The record's fields before `raw` (the message, most of the line): the writer puts `raw` after
+ * every field the table shows, so parsing up to it is enough. Where that cut is not at the top
+ * level (a metadata key named raw), the prefix is not valid JSON and the whole line is parsed.
+ */
+function parseRecord(line: string): Record<string, unknown> | undefined {
+  const cut = line.indexOf(',"raw":');
+  for (const candidate of cut > 0 ? [`${line.slice(0, cut)}}`, line] : [line]) {
+    try {
+      const parsed: unknown = JSON.parse(candidate);
+      if (parsed && typeof parsed === 'object' && !Array.isArray(parsed))
+        return parsed as Record<string, unknown>;
+    } catch {
+      // the next candidate
+    }
+  }
+  return undefined;
 }
 
 function unreadable(n: number): LetterSummary {
@@ -197,19 +253,32 @@ function unreadable(n: number): LetterSummary {
 }
 
 /** The envelope's unsigned copies of the ids, from `raw` (only when it is text). */
-function claimedIds(record: Record<string, unknown>): { eventId: string | null; eventType: string | null } {
-  if (record.raw_encoding !== 'utf8' || typeof record.raw !== 'string')
-    return { eventId: null, eventType: null };
+function claimedIds(
+  prefix: Record<string, unknown>,
+  line: string,
+): { eventId: string | null; eventType: string | null } {
+  const record = 'raw' in prefix ? prefix : (JSON.parse(line) as Record<string, unknown>);
+  if (record.raw_encoding !== 'utf8' || typeof record.raw !== 'string') return NO_CLAIM;
   try {
     const envelope = JSON.parse(record.raw) as Record<string, unknown>;
     return { eventId: text(envelope.event_id), eventType: text(envelope.event_type) };
   } catch {
-    return { eventId: null, eventType: null };
+    return NO_CLAIM;
   }
 }
 
 function text(value: unknown): string | null {
   return typeof value === 'string' ? value.slice(0, MAX_FIELD) : null;
+}
+
+function filtering(filter: LetterFilter): boolean {
+  return Boolean(
+    (filter.codes && filter.codes.length > 0) ||
+      filter.type ||
+      filter.eventId ||
+      filter.since ||
+      filter.until,
+  );
 }
 
 export function letterMatches(s: LetterSummary, filter: LetterFilter): boolean {
