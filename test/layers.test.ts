@@ -38,10 +38,7 @@ const PACKAGE_HOMES: Readonly<Record<string, readonly string[]>> = {
  * in), each for a reason written at the import: the in-process memory queue of the demo and of
  * `./testing`. None loads an SDK. This list may only shrink.
  */
-const ADAPTER_IMPORTS_OUTSIDE_REGISTRY = new Set([
-  'src/cli/demo.ts',
-  'src/consumer/testing.ts',
-]);
+const ADAPTER_IMPORTS_OUTSIDE_REGISTRY = new Set(['src/cli/demo.ts', 'src/consumer/testing.ts']);
 
 function sourceFiles(dir: string): string[] {
   return readdirSync(join(ROOT, dir), { withFileTypes: true, recursive: true })

@@ -177,7 +177,10 @@ describe('replay from an Event Hubs poison hub', () => {
       // send and its record would send that event again, as the worker would (docs/security.md).
       const store = createSqliteDedupe({ path: dedupePath });
       const sent = app.eventIds()[0] ?? '';
-      await vi.waitFor(async () => expect(await store.peek(sent)).toBe('done'), { timeout: 30_000, interval: 20 });
+      await vi.waitFor(async () => expect(await store.peek(sent)).toBe('done'), {
+        timeout: 30_000,
+        interval: 20,
+      });
       await store.close();
       first.child.kill('SIGKILL');
       await first.done;
