@@ -16,6 +16,7 @@ const { values } = parseArgs({
     warmup: { type: 'string', default: '3000' },
     concurrency: { type: 'string', default: '64' },
     only: { type: 'string' },
+    'compare-tracing': { type: 'boolean', default: false },
   },
 });
 
@@ -27,6 +28,7 @@ const result = await runPipelineSize({
   warmupN: Number(values.warmup),
   concurrency: Number(values.concurrency),
   only,
+  compareTracing: values['compare-tracing'],
 });
 
 if (process.send) {

@@ -25,6 +25,8 @@ export interface PipelineSizeOptions {
   readonly concurrency: number;
   /** Run only one side (for profiling). */
   readonly only?: 'pipeline' | 'floor' | undefined;
+  /** Also run the pipeline with `tracing: false` in each repetition (the cost of the tracing code). */
+  readonly compareTracing?: boolean;
 }
 
 export interface RunSeries {
@@ -70,6 +72,8 @@ export interface PipelineSizeResult {
   readonly ratios: {
     readonly floor: { readonly wall: RatioSpread; readonly cpu: RatioSpread };
     readonly floorClaimComplete: { readonly wall: RatioSpread; readonly cpu: RatioSpread };
+    /** pipeline ÷ the pipeline with `tracing: false` (with `compareTracing`). */
+    readonly untraced?: { readonly wall: RatioSpread; readonly cpu: RatioSpread };
   } | null;
   readonly memory: {
     /** Process RSS / heap used after the inputs were built, before any run. */
@@ -126,6 +130,7 @@ export async function runPipelineOnce(
   raws: readonly string[],
   concurrency: number,
   peak?: Peak,
+  tracing = true,
 ): Promise<Timed> {
   const dir = freshDir();
   try {
@@ -138,6 +143,7 @@ export async function runPipelineOnce(
       logger: silentLogger(),
       deadLetter: join(dir, 'dead-letters.jsonl'),
       concurrency,
+      tracing,
     });
     consumer.on(EVENT_TYPE, () => {});
     gc();
@@ -335,8 +341,16 @@ export async function runPipelineSize(options: PipelineSizeOptions): Promise<Pip
   const pipelineMs: Timed[] = [];
   const floorMs: Timed[] = [];
   const floor2Ms: Timed[] = [];
+  const untracedMs: Timed[] = [];
+  if (options.compareTracing) await runPipelineOnce(warmRaws, options.concurrency, undefined, false);
   for (let r = 0; r < options.reps; r++) {
+    // With compareTracing, every other repetition runs the untraced pipeline first (no order bias).
+    const untracedFirst = options.compareTracing && r % 2 === 1;
+    if (untracedFirst) untracedMs.push(await runPipelineOnce(raws, options.concurrency, undefined, false));
     if (doPipeline) pipelineMs.push(await runPipelineOnce(raws, options.concurrency, peak));
+    if (options.compareTracing && !untracedFirst) {
+      untracedMs.push(await runPipelineOnce(raws, options.concurrency, undefined, false));
+    }
     if (doFloor) {
       floorMs.push(await runFloorOnce(raws, { complete: false }));
       floor2Ms.push(await runFloorOnce(raws, { complete: true }));
@@ -348,6 +362,7 @@ export async function runPipelineSize(options: PipelineSizeOptions): Promise<Pip
   const pipeline = series(options.n, pipelineMs);
   const floor = series(options.n, floorMs);
   const floorClaimComplete = series(options.n, floor2Ms);
+  const untraced = series(options.n, untracedMs);
   return {
     size: size.label,
     bodyBytes: size.bytes,
@@ -363,6 +378,7 @@ export async function runPipelineSize(options: PipelineSizeOptions): Promise<Pip
         ? {
             floor: ratiosAgainst(pipeline, floor),
             floorClaimComplete: ratiosAgainst(pipeline, floorClaimComplete),
+            ...(untraced ? { untraced: ratiosAgainst(pipeline, untraced) } : {}),
           }
         : null,
     memory: {

@@ -175,6 +175,54 @@ describe('secrets never leak', () => {
   });
 });
 
+describe('secrets never leak into spans', () => {
+  it('exports no secret, signature or body in any span (a real SDK registered)', async () => {
+    const { createTestEnvelope, forgedEnvelope } = await import('../src/consumer/testing.js');
+    const { recordSpans, spanText } = await import('./support/spans.js');
+    const recorder = recordSpans();
+    try {
+      const previous = 'previous-secret-value-0123456789';
+      const source = createMemorySource({ endWhenEmpty: true });
+      const consumer = createConsumer({
+        source,
+        logger: pino({ level: 'silent' }),
+        secrets: [
+          { id: 'current', secret: TEST_SIGNING_SECRET },
+          { id: 'previous', secret: previous },
+        ],
+        deadLetter: join(dir.path, 'dead.jsonl'),
+        retry: { maxAttempts: 1 },
+      });
+      consumer.on('*', (_event, context) => {
+        // A failing handler whose error message holds the body: not exported either.
+        if (context.attempt > 0 && context.eventType === 'coach.nudge.created')
+          throw new Error(context.rawBody);
+      });
+      const sent = [
+        createTestEnvelope('daily.data.steps.created'),
+        createTestEnvelope('daily.data.steps.created', { secret: previous }),
+        createTestEnvelope('coach.nudge.created'),
+        forgedEnvelope('daily.data.steps.created'),
+      ];
+      for (const e of sent) source.send(e.raw);
+      await consumer.start();
+      await consumer.stopped;
+      const spans = recorder.spans();
+      expect(spans.filter((s) => s.name.startsWith('process ')).length).toBe(4);
+      const text = spanText(spans);
+      expect(text).toContain('partner_events.key_id'); // the probe sees attributes at all
+      expect(text).not.toContain(TEST_SIGNING_SECRET);
+      expect(text).not.toContain(previous);
+      for (const e of sent) {
+        expect(text).not.toContain(e.envelope.signature);
+        expect(text).not.toContain(e.envelope.body);
+      }
+    } finally {
+      await recorder.stop();
+    }
+  });
+});
+
 describe('the default logger', () => {
   it('redacts secret-looking fields wherever they appear', () => {
     const lines: string[] = [];

@@ -88,6 +88,7 @@ describe('the built package', () => {
     expect(loaded).not.toContain('prom-client');
     expect(loaded).not.toContain('yaml');
     expect(loaded).not.toContain('undici'); // the HTTP hand-off pool is the sidecar's and the CLI's
+    expect(loaded).not.toContain('@opentelemetry/api'); // loaded by the first consumer, if installed
     // Through import: the static import graph of the ESM build (tsup's chunks included).
     const esm = staticImports(dist('index.js'));
     expect(esm).toContain('zod');
@@ -98,6 +99,57 @@ describe('the built package', () => {
     expect(staticImports(dist('sidecar.js'))).toEqual(
       expect.arrayContaining(['prom-client', 'yaml', 'undici']),
     );
+  });
+
+  it('the root entry works without @opentelemetry/api installed (an optional peer), in both formats', () => {
+    // Node's resolver is made to fail for @opentelemetry/* as if the packages were not installed;
+    // a consumer is created and handles a signed event (its tracing is then simply off).
+    const hide = `const Module = require('node:module'); const resolve = Module._resolveFilename;
+      Module._resolveFilename = function (request, ...rest) {
+        if (request.startsWith('@opentelemetry/')) {
+          throw Object.assign(new Error('Cannot find module ' + request), { code: 'MODULE_NOT_FOUND' });
+        }
+        return resolve.call(this, request, ...rest);
+      };`;
+    const use = (kit: string, testing: string) => `
+      const c = ${kit}.createConsumer({
+        secrets: [{ id: 'current', secret: ${testing}.TEST_SIGNING_SECRET }],
+        deadLetter: { write: async () => {}, close: async () => {} },
+      });
+      let handled = 0;
+      let hidden = false;
+      try { require('@opentelemetry/api'); } catch { hidden = true; }
+      c.on('*', () => { handled++; });
+      c.process({ id: 'm', body: ${testing}.createTestEnvelope('daily.data.steps.created').raw, attempt: 1 })
+        .then((r) => console.log(JSON.stringify({ outcome: r.outcome, handled, hidden })));`;
+    const cjs = spawnSync(
+      process.execPath,
+      [
+        '-e',
+        `${hide} const kit = require(${JSON.stringify(dist('index.cjs'))});
+         const testing = require(${JSON.stringify(dist('testing.cjs'))}); ${use('kit', 'testing')}`,
+      ],
+      { encoding: 'utf8', env: { ...process.env, LOG_LEVEL: 'silent' } },
+    );
+    const esm = spawnSync(
+      process.execPath,
+      [
+        '--input-type=module',
+        '-e',
+        `import { createRequire } from 'node:module'; const require = createRequire(import.meta.url); ${hide}
+         const kit = await import(${JSON.stringify(pathToFileURL(dist('index.js')).href)});
+         const testing = await import(${JSON.stringify(pathToFileURL(dist('testing.js')).href)}); ${use('kit', 'testing')}`,
+      ],
+      { encoding: 'utf8', env: { ...process.env, LOG_LEVEL: 'silent' } },
+    );
+    for (const probe of [cjs, esm]) {
+      expect(probe.status, probe.stderr).toBe(0);
+      expect(JSON.parse(probe.stdout)).toEqual({
+        outcome: { kind: 'ack', result: 'handled' },
+        handled: 1,
+        hidden: true,
+      });
+    }
   });
 
   it('the sidecar entry and the CLI load no cloud SDK until a transport is opened', () => {

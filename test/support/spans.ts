@@ -27,16 +27,27 @@ export function recordSpans() {
   };
 }
 
-/** Everything a span exports that could carry text: name, attributes, status, events, links. */
+/**
+ * Every text a span exports, as is (not JSON-escaped, so a body's quotes still match): names,
+ * attribute keys and values, status descriptions, event names and attributes, links, resource.
+ */
 export function spanText(spans: readonly ReadableSpan[]): string {
-  return JSON.stringify(
-    spans.map((s) => ({
-      name: s.name,
-      attributes: s.attributes,
-      status: s.status,
-      events: s.events,
-      links: s.links,
-      resource: s.resource.attributes,
-    })),
-  );
+  const parts: string[] = [];
+  const attributes = (a: Record<string, unknown> | undefined) => {
+    for (const [k, v] of Object.entries(a ?? {})) parts.push(k, String(v));
+  };
+  for (const s of spans) {
+    parts.push(s.name, s.status.message ?? '');
+    attributes(s.attributes);
+    attributes(s.resource.attributes);
+    for (const e of s.events) {
+      parts.push(e.name);
+      attributes(e.attributes);
+    }
+    for (const l of s.links) {
+      parts.push(l.context.traceId, l.context.spanId, l.context.traceState?.serialize() ?? '');
+      attributes(l.attributes);
+    }
+  }
+  return parts.join('\n');
 }
