@@ -9,16 +9,30 @@ import { type Consumer, createConsumer } from '../consumer/consumer.js';
 import { createJsonlDeadLetters, type JsonlDeadLetterSink } from '../consumer/dead-letter-sink.js';
 import type { HandlerContext } from '../consumer/router.js';
 import { DeadLetterError, ForwardError, RetryLaterError } from '../core/errors.js';
-import type { ReplayReader } from '../core/replay-reader.js';
+import { redact } from '../core/redact.js';
+import type { ReplayReader, ReplayReaderContext } from '../core/replay-reader.js';
 import type { Keyring } from '../core/secrets.js';
 import type { Target } from '../core/target.js';
 import type { DedupeStore } from '../dedupe/types.js';
 import { createForwarder, describeUrl } from '../sidecar/forward.js';
+import { specForms, transportFor } from '../transports.js';
+import { UsageError } from './common.js';
 import type { ReplayFilter } from './filters.js';
 import { Pacer } from './rate.js';
 import { forcingDedupe, injectingDedupe } from './replay-dedupe.js';
 import { type ReplayEventRow, ReplayReport, type ReplaySummary } from './replay-report.js';
 import { type ReplayMessage, ReplaySource } from './replay-source.js';
+
+/** Every form a replay SOURCE takes, from the transport registry. */
+export const REPLAY_FORMS = specForms('replay');
+
+/** Opens what SOURCE names through the transport registry (its SDK is loaded only then). */
+export async function openReplayReader(spec: string, context: ReplayReaderContext): Promise<ReplayReader> {
+  const transport = transportFor(spec, 'replay');
+  if (!transport?.replay)
+    throw new UsageError(`replay cannot read "${redact(spec)}": SOURCE is ${REPLAY_FORMS}`);
+  return transport.replay.open(spec, context);
+}
 
 export interface ReplayRunOptions {
   /** What to read (opened through the transport registry: `openReplayReader`). Closed by the run. */

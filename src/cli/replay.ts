@@ -9,7 +9,7 @@ import type { ReplayReader, ReplayReaderContext } from '../core/replay-reader.js
 import type { Keyring } from '../core/secrets.js';
 import type { DedupeStore } from '../dedupe/types.js';
 import { describeUrl, forwardUrlProblem } from '../sidecar/forward.js';
-import { describeSpec, specForms, transportFor } from '../transports.js';
+import { describeSpec, transportFor } from '../transports.js';
 import {
   checkDeadLetterFile,
   DEFAULT_DEDUPE,
@@ -26,11 +26,8 @@ import { parseRate } from './rate.js';
 import { appendReplayAudit, filtersOf, REPLAY_LOG_NAME, replayLogPath } from './replay-audit.js';
 import { type DryRunOptions, dryRun } from './replay-dry-run.js';
 import type { ReplayEventRow } from './replay-report.js';
-import { runReplay } from './replay-run.js';
+import { openReplayReader, REPLAY_FORMS, runReplay } from './replay-run.js';
 import { openTarget, TARGET_FORMS, type Target } from './targets.js';
-
-/** Every form a replay SOURCE takes, from the transport registry. */
-const REPLAY_FORMS = specForms('replay');
 
 export const REPLAY_USAGE = `Usage: partner-events replay SOURCE (--forward URL | --to TARGET) [options]
 
@@ -250,14 +247,6 @@ function readerContext(options: ReplayArgs, logger: Logger): ReplayReaderContext
     until: options.window.until,
     consumerGroup: options.consumerGroup,
   };
-}
-
-/** Opens what SOURCE names through the transport registry (its SDK is loaded only then). */
-export async function openReplayReader(spec: string, context: ReplayReaderContext): Promise<ReplayReader> {
-  const transport = transportFor(spec, 'replay');
-  if (!transport?.replay)
-    throw new UsageError(`replay cannot read "${redact(spec)}": SOURCE is ${REPLAY_FORMS}`);
-  return transport.replay.open(spec, context);
 }
 
 /** What the CLI opened for the run. */
