@@ -5,7 +5,7 @@ import { describeUrl } from '../sidecar/forward.js';
 import type { ConsumerMetrics } from '../sidecar/metrics.js';
 import { startOpsServer } from '../sidecar/ops-server.js';
 import { readiness } from '../sidecar/readiness.js';
-import { writeLine } from './common.js';
+import { onStopSignals, writeLine } from './common.js';
 
 export interface DemoConsoleParts {
   readonly consumer: Consumer;
@@ -60,14 +60,14 @@ export async function runDemoConsole(parts: DemoConsoleParts): Promise<void> {
   });
   const publisher = setInterval(parts.publish, PUBLISH_EVERY_MS);
   writeLine(`console: ${ops.url}/  (events keep coming every ${PUBLISH_EVERY_MS / 1000} s; ^C to stop)`);
-  const stop = () => {
+  // A second ^C exits at once, as in `run`.
+  const unhookSignals = onStopSignals(() => {
     clearInterval(publisher);
     void consumer.stop();
-  };
-  process.once('SIGINT', stop);
-  process.once('SIGTERM', stop);
+  });
   await consumer.start();
   await consumer.stopped;
   clearInterval(publisher);
+  unhookSignals();
   await ops.close();
 }
