@@ -4,7 +4,10 @@
  * records the traceparent it got: one trace holds delivery → verify → dedupe → forward, and the
  * app's parent is the forward span.
  */
+import { readFileSync, writeFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
 import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { createTestEnvelope, forgedEnvelope, TEST_SIGNING_SECRET } from '../src/consumer/testing.js';
 import {
@@ -172,5 +175,46 @@ describe('run exports traces over OTLP/HTTP', () => {
     expect(text).not.toContain(TEST_SIGNING_SECRET);
     expect(text).not.toContain(JSON.parse(event.raw).signature);
     expect(text).not.toContain(JSON.parse(event.raw).body);
+  });
+});
+
+describe('run --handlers with trace export', () => {
+  it('runs each handler inside its span: trace.getActiveSpan() there is the handler span, after an await too', {
+    timeout: 180_000,
+  }, async () => {
+    const api = pathToFileURL(createRequire(import.meta.url).resolve('@opentelemetry/api')).href;
+    const seen = join(dir.path, 'seen.txt');
+    const module = join(dir.path, 'handlers.mjs');
+    writeFileSync(
+      module,
+      `import { trace } from ${JSON.stringify(api)};
+       import { appendFileSync } from 'node:fs';
+       export default {
+         '*': async () => {
+           await new Promise((resolve) => setTimeout(resolve, 1));
+           const span = trace.getActiveSpan();
+           appendFileSync(${JSON.stringify(seen)}, (span ? span.spanContext().spanId : 'none') + '\\n');
+         },
+       };`,
+    );
+    const events = join(dir.path, 'events.jsonl');
+    writeFileSync(events, `${createTestEnvelope('daily.data.steps.created').raw}\n`);
+    collector.received.length = 0;
+    const result = await startCli(
+      ['run', '--no-ops', '--source', `file:${events}`, '--handlers', module, '--dedupe', 'memory'],
+      {
+        env: {
+          PARTNER_EVENTS_DEAD_LETTER: join(dir.path, 'dead-2.jsonl'),
+          OTEL_EXPORTER_OTLP_ENDPOINT: collector.origin,
+          OTEL_SERVICE_NAME: 'handlers-sidecar',
+        },
+        killAfterMs: 120_000,
+      },
+    ).done;
+    expect(result.code, result.stdout + result.stderr).toBe(0);
+    const { spans } = exported(collector.received);
+    const handler = spans.find((s) => s.name.startsWith('partner_events.handler'));
+    expect(handler, JSON.stringify(spans.map((s) => s.name))).toBeDefined();
+    expect(readFileSync(seen, 'utf8').trim()).toBe(handler?.spanId);
   });
 });

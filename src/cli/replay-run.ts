@@ -143,6 +143,12 @@ function replayConsumer(
     handlerTimeoutMs: timeoutMs + 1000,
     logger,
     onSettled: (settled) => report.settled(settled),
+    // Replay's spans say so: an operator's re-drive, not the queue's delivery.
+    traceAttributes: {
+      'partner_events.replay': true,
+      'partner_events.replay.force': force,
+      'partner_events.replay.target': target ? target.name : describeUrl(options.forward as string),
+    },
   });
   const forwarder = target
     ? undefined

@@ -9,6 +9,7 @@ import type { ReplayReader, ReplayReaderContext } from '../core/replay-reader.js
 import type { Keyring } from '../core/secrets.js';
 import type { DedupeStore } from '../dedupe/types.js';
 import { describeUrl, forwardUrlProblem } from '../sidecar/forward.js';
+import { startTraceExport } from '../sidecar/tracing-export.js';
 import { describeSpec, transportFor } from '../transports.js';
 import {
   checkDeadLetterFile,
@@ -275,6 +276,8 @@ async function replay(options: ReplayArgs, parts: ReplayParts, audit: AuditFacts
   const stop = new AbortController();
   const onSignal = () => stop.abort();
   const unhookSignals = onStopSignals(onSignal);
+  // The same OTEL_* variables as run: replay's spans go where the worker's go.
+  const traces = await startTraceExport(process.env);
   try {
     const { summary, interrupted, report } = await runReplay({
       ...parts,
@@ -298,6 +301,7 @@ async function replay(options: ReplayArgs, parts: ReplayParts, audit: AuditFacts
     return exitCode;
   } finally {
     unhookSignals();
+    await traces?.shutdown().catch(() => undefined); // an unreachable collector does not fail a replay
   }
 }
 
