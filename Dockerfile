@@ -11,13 +11,16 @@ COPY package.json package-lock.json ./
 RUN npm ci --no-audit --no-fund --ignore-scripts || npm install --no-audit --no-fund --ignore-scripts
 COPY . .
 # Build, then install the runtime set afresh: the production dependencies plus the optional peers
-# every source and the Redis store need (they are dev-only in this repository's package.json).
+# every source, the Redis store and trace export (OTEL_EXPORTER_OTLP_ENDPOINT) need (they are
+# dev-only in this repository's package.json).
 RUN npm run build \
   && npm pkg delete devDependencies peerDependencies peerDependenciesMeta scripts.prepare scripts.pretest \
   && rm -rf node_modules \
   && npm install --omit=dev --omit=optional --no-audit --no-fund \
      ioredis@^6 @aws-sdk/client-sqs@^3 @azure/storage-queue@~12.30.0 @azure/identity@~4.12.0 \
-     @azure/event-hubs@6.0.0 @azure/eventhubs-checkpointstore-blob@2.0.0 @azure/storage-blob@~12.30.0
+     @azure/event-hubs@6.0.0 @azure/eventhubs-checkpointstore-blob@2.0.0 @azure/storage-blob@~12.30.0 \
+     @opentelemetry/api@^1.9.1 @opentelemetry/sdk-trace-base@~2.12.1 @opentelemetry/resources@~2.12.1 \
+     @opentelemetry/exporter-trace-otlp-http@^0.223.1
 
 FROM node:24-slim
 ENV NODE_ENV=production

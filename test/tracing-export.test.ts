@@ -218,3 +218,47 @@ describe('run --handlers with trace export', () => {
     expect(readFileSync(seen, 'utf8').trim()).toBe(handler?.spanId);
   });
 });
+
+describe('without the OTEL variables', () => {
+  it('asks for export only by the standard variables', async () => {
+    const { traceExportRequested } = await import('../src/sidecar/tracing-export.js');
+    expect(traceExportRequested({})).toBe(false);
+    expect(traceExportRequested({ OTEL_SERVICE_NAME: 'x', OTEL_TRACES_SAMPLER: 'always_on' })).toBe(false);
+    expect(traceExportRequested({ OTEL_EXPORTER_OTLP_ENDPOINT: 'http://127.0.0.1:4318' })).toBe(true);
+    expect(
+      traceExportRequested({ OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: 'http://127.0.0.1:4318/v1/traces' }),
+    ).toBe(true);
+    expect(traceExportRequested({ OTEL_TRACES_EXPORTER: 'otlp' })).toBe(true);
+    expect(
+      traceExportRequested({ OTEL_TRACES_EXPORTER: 'none', OTEL_EXPORTER_OTLP_ENDPOINT: 'http://x' }),
+    ).toBe(false);
+    expect(traceExportRequested({ OTEL_SDK_DISABLED: 'true', OTEL_TRACES_EXPORTER: 'otlp' })).toBe(false);
+  });
+
+  it('run registers no tracer provider and loads no SDK package', { timeout: 180_000 }, async () => {
+    const seen = join(dir.path, 'registered.txt');
+    const module = join(dir.path, 'probe-handlers.mjs');
+    // What the handler sees: the API's global registry, and every SDK module CommonJS loaded.
+    writeFileSync(
+      module,
+      `import { appendFileSync } from 'node:fs';
+       import { createRequire } from 'node:module';
+       const require = createRequire(import.meta.url);
+       export default {
+         '*': () => {
+           const registry = globalThis[Symbol.for('opentelemetry.js.api.1')];
+           const sdk = Object.keys(require.cache).filter((p) => /@opentelemetry[\\\\/](sdk|exporter|resources)/.test(p));
+           appendFileSync(${JSON.stringify(seen)}, JSON.stringify({ trace: registry?.trace !== undefined, sdk }) + '\\n');
+         },
+       };`,
+    );
+    const events = join(dir.path, 'events-3.jsonl');
+    writeFileSync(events, `${createTestEnvelope('daily.data.steps.created').raw}\n`);
+    const result = await startCli(
+      ['run', '--no-ops', '--source', `file:${events}`, '--handlers', module, '--dedupe', 'memory'],
+      { env: { PARTNER_EVENTS_DEAD_LETTER: join(dir.path, 'dead-3.jsonl') }, killAfterMs: 120_000 },
+    ).done;
+    expect(result.code, result.stdout + result.stderr).toBe(0);
+    expect(JSON.parse(readFileSync(seen, 'utf8'))).toEqual({ trace: false, sdk: [] });
+  });
+});
