@@ -75,6 +75,10 @@ const DEFAULT_DEAD_LETTER_PATH = 'partner-events-dead-letters.jsonl';
  * processes it, writes dead events to the dead-letter sink, then settles and reports it. Nothing
  * is acked unless its handlers succeeded or it is a proven duplicate; a dead event is acked only
  * after its dead-letter record is durable.
+ *
+ * long: the library's face: its public methods (on, start, stop, process, deadLetter, status)
+ * over one lifecycle; polling (receive-loop.ts), heartbeats, the pipeline, the settled log and
+ * the store's health are their own modules already.
  */
 export class Consumer<M extends RawMessage = RawMessage> {
   readonly settings: ConsumerSettings;

@@ -69,6 +69,10 @@ const DUPLICATE: Facts = { kind: 'duplicate' };
  * Nothing about a message that failed verification reaches the dedupe store. Each step reports
  * what it learned; `decide` (src/core/outcome.ts) turns that into the outcome and says what
  * becomes of the claim.
+ *
+ * long: the hot path and its rare exits (unverified, unrouted, taken over, complete failed, let
+ * go) share one message's state and the settings; the steps themselves live in core (verify,
+ * decide), handler-runner.ts and the store, and the common path avoids helper promise hops.
  */
 export class Pipeline {
   readonly #settings: PipelineSettings;
@@ -96,23 +100,9 @@ export class Pipeline {
 
   async #process(message: RawMessage, signal: AbortSignal | undefined, trace: DeliveryTrace | undefined) {
     const started = performance.now();
-    if (message.rejection) {
-      return this.#result(message, started, { kind: 'rejected', ...message.rejection }, 'not-asked');
-    }
-    let verified: VerifiedMessage;
-    const verifying = trace?.step('verify');
-    try {
-      verified = this.#verify(message);
-    } catch (error) {
-      verifying?.end(error);
-      return this.#unverified(message, started, error);
-    }
-    if (trace) {
-      verifying?.end();
-      trace.verified(verified);
-    }
-    const handlers = this.#route(verified);
-    if (handlers === undefined) return this.#unrouted(message, started, verified);
+    const routed = this.#verifyAndRoute(message, started, trace);
+    if (!('handlers' in routed)) return routed;
+    const { verified, handlers } = routed;
 
     const { dedupe } = this.#deps;
     const s = this.#settings;
@@ -156,6 +146,32 @@ export class Pipeline {
       await this.#letGo(decision, facts, verified.eventId, token);
     }
     return this.#finish(message, started, decision.outcome, 'answered', verified, handlerMs);
+  }
+
+  /** The steps before the store: a message the source already rejected, verification, routing. */
+  #verifyAndRoute(
+    message: RawMessage,
+    started: number,
+    trace: DeliveryTrace | undefined,
+  ): { verified: VerifiedMessage; handlers: readonly Handler<never>[] } | ProcessResult {
+    if (message.rejection) {
+      return this.#result(message, started, { kind: 'rejected', ...message.rejection }, 'not-asked');
+    }
+    let verified: VerifiedMessage;
+    const verifying = trace?.step('verify');
+    try {
+      verified = this.#verify(message);
+    } catch (error) {
+      verifying?.end(error);
+      return this.#unverified(message, started, error);
+    }
+    if (trace) {
+      verifying?.end();
+      trace.verified(verified);
+    }
+    const handlers = this.#route(verified);
+    if (handlers === undefined) return this.#unrouted(message, started, verified);
+    return { verified, handlers };
   }
 
   /** Aborts every running handler (the consumer's shutdown deadline passed). */

@@ -77,6 +77,52 @@ export const FORWARD_UNREACHABLE_AFTER = 3;
  * `FORWARD_REDIRECTED` (see `classifyAnswer`). The answer's body is read and discarded, so that
  * its connection is reused.
  */
+/** Forwards in a row that got no answer at all (refused, not found, timed out): for /readyz. */
+class Reachability {
+  #unanswered = 0;
+  #lastFailure = '';
+
+  failed(reason: string): void {
+    this.#unanswered++;
+    this.#lastFailure = reason;
+  }
+
+  answered(): void {
+    this.#unanswered = 0;
+  }
+
+  check(): { ok: boolean; detail?: string } {
+    if (this.#unanswered < FORWARD_UNREACHABLE_AFTER) return { ok: true };
+    return {
+      ok: false,
+      detail: `${this.#unanswered} forwards in a row got no answer; last: ${this.#lastFailure}`,
+    };
+  }
+}
+
+/** Header names in lower case, so that ours replace any same-named ones given in `headers`. */
+function forwardHeaders(headers: Readonly<Record<string, string>> | undefined): Record<string, string> {
+  const base: Record<string, string> = {};
+  for (const [name, value] of Object.entries(headers ?? {})) base[name.toLowerCase()] = value;
+  base['content-type'] = 'application/json';
+  return base;
+}
+
+/** The app's 2xx status; anything else throws: a redirect (never followed), a retry-after, a failure. */
+function deliveredStatus(answer: HttpPostAnswer, url: string, target: string): number {
+  const outcome = classifyAnswer(answer.status, answer.headers, url);
+  if (outcome.kind === 'delivered') return answer.status;
+  if (outcome.kind === 'redirected') {
+    throw new ForwardError('FORWARD_REDIRECTED', `forward to ${target} ${redirectReason(outcome)}`, {
+      details: { status: outcome.status, location: outcome.location },
+    });
+  }
+  const message = `forward to ${target} answered HTTP ${outcome.status}`;
+  if (outcome.retryAfterMs !== undefined)
+    throw new RetryLaterError(message, { delayMs: outcome.retryAfterMs });
+  throw new Error(message);
+}
+
 export function createForwarder(options: ForwardOptions): Forwarder {
   const target = describeUrl(options.url);
   const problem = forwardUrlProblem(options.url);
@@ -85,13 +131,9 @@ export function createForwarder(options: ForwardOptions): Forwarder {
     connections: options.connections ?? 16,
     timeoutMs: options.timeoutMs ?? 10_000,
   });
-  // Header names in lower case, so that ours replace any same-named ones given in `headers`.
-  const baseHeaders: Record<string, string> = {};
-  for (const [name, value] of Object.entries(options.headers ?? {})) baseHeaders[name.toLowerCase()] = value;
-  baseHeaders['content-type'] = 'application/json';
+  const baseHeaders = forwardHeaders(options.headers);
 
-  let unanswered = 0;
-  let lastFailure = '';
+  const reach = new Reachability();
   // The span's url.full: no query (it may hold a token); credentials were refused above.
   const { origin, pathname } = new URL(options.url);
   const spanUrl = `${origin}${pathname}`;
@@ -128,29 +170,12 @@ export function createForwarder(options: ForwardOptions): Forwarder {
     } catch (cause) {
       const reason = cause instanceof HttpHandoffFailure ? cause.reason : `failed: ${errorMessage(cause)}`;
       // An abort is the consumer stopping or the handler's deadline: nothing about the app.
-      if (!context.signal.aborted) {
-        unanswered++;
-        lastFailure = `forward to ${target} ${reason}`;
-      }
+      if (!context.signal.aborted) reach.failed(`forward to ${target} ${reason}`);
       throw new Error(`forward to ${target} ${reason}`, { cause });
     }
-    unanswered = 0;
+    reach.answered();
     options.onAnswer?.(context.eventId, answer.status);
-    const outcome = classifyAnswer(answer.status, answer.headers, options.url);
-    if (outcome.kind === 'delivered') return answer.status;
-    if (outcome.kind === 'redirected') {
-      throw new ForwardError('FORWARD_REDIRECTED', `forward to ${target} ${redirectReason(outcome)}`, {
-        details: { status: outcome.status, location: outcome.location },
-      });
-    }
-    const message = `forward to ${target} answered HTTP ${outcome.status}`;
-    if (outcome.retryAfterMs !== undefined)
-      throw new RetryLaterError(message, { delayMs: outcome.retryAfterMs });
-    throw new Error(message);
+    return deliveredStatus(answer, options.url, target);
   };
-  const reachability = () =>
-    unanswered < FORWARD_UNREACHABLE_AFTER
-      ? { ok: true }
-      : { ok: false, detail: `${unanswered} forwards in a row got no answer; last: ${lastFailure}` };
-  return Object.assign(forward, { reachability, close: () => handoff.close() });
+  return Object.assign(forward, { reachability: () => reach.check(), close: () => handoff.close() });
 }
