@@ -4,8 +4,9 @@
 FROM node:24-slim AS build
 WORKDIR /app
 COPY package.json package-lock.json ./
-# Scripts run later: `prepare` builds from sources that are not copied yet. (`npm install` when a
-# registry mirror left other platforms' optional binaries out of the lock and `npm ci` refuses it.)
+# No install scripts: nothing here needs one (esbuild and better-sqlite3 13 come as prebuilt
+# packages), and no dependency's script should run in the build. (`npm install` when a registry
+# mirror left other platforms' optional binaries out of the lock and `npm ci` refuses it.)
 # Nothing is compiled: better-sqlite3 13, which the kit loads on Node >= 22, ships prebuilt binaries;
 # better-sqlite3 12, an optional dependency for Node 20 only, is not built here nor installed below.
 RUN npm ci --no-audit --no-fund --ignore-scripts || npm install --no-audit --no-fund --ignore-scripts
@@ -14,7 +15,7 @@ COPY . .
 # every source, the Redis store and trace export (OTEL_EXPORTER_OTLP_ENDPOINT) need (they are
 # dev-only in this repository's package.json).
 RUN npm run build \
-  && npm pkg delete devDependencies peerDependencies peerDependenciesMeta scripts.prepare scripts.pretest \
+  && npm pkg delete devDependencies peerDependencies peerDependenciesMeta scripts.pretest \
   && rm -rf node_modules \
   && npm install --omit=dev --omit=optional --no-audit --no-fund \
      ioredis@^6 @aws-sdk/client-sqs@^3 @azure/storage-queue@~12.30.0 @azure/identity@~4.12.0 \
