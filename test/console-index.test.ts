@@ -51,6 +51,23 @@ describe('the dead-letter index', () => {
     expect(index.select({ codes: ['SCHEMA_INVALID'] })).toEqual([0, 5, 10, 15, 20]);
   });
 
+  it('parses every line for a filter a chunk at a time, letting the event loop run in between', async () => {
+    writeFileSync(
+      file,
+      Array.from({ length: 5000 }, () => line('HANDLER_FAILED')).join('') + line('SCHEMA_INVALID'),
+    );
+    const index = new DeadLetterIndex(file);
+    let turns = 0;
+    const ticker = setInterval(() => turns++, 0);
+    try {
+      await index.summarizeAll();
+    } finally {
+      clearInterval(ticker);
+    }
+    expect(turns).toBeGreaterThan(0); // timers ran while the 5,001 lines were parsed
+    expect(index.page({ codes: ['SCHEMA_INVALID'] }, 0, 10).letters.map((l) => l.n)).toEqual([5000]);
+  });
+
   it('a replaced file is a new generation, indexed from its start', () => {
     writeFileSync(file, line('HANDLER_FAILED') + line('HANDLER_FAILED'));
     const index = new DeadLetterIndex(file);

@@ -137,7 +137,12 @@ export class ConsoleServer {
   #letters(res: ServerResponse, query: URLSearchParams): void {
     const page = Math.max(0, Number(query.get('page') ?? 0) || 0);
     const size = Math.min(PAGE_SIZE_MAX, Math.max(1, Number(query.get('size') ?? 50) || 50));
-    send(res, 200, this.#index.page(filterOf(query), page, size));
+    const filter = filterOf(query);
+    // The first filter parses every line: in chunks, so the worker keeps going meanwhile.
+    this.#index.summarizeAll().then(
+      () => send(res, 200, this.#index.page(filter, page, size)),
+      (error: Error) => send(res, 500, { error: error.message }),
+    );
   }
 
   #letter(
@@ -180,7 +185,10 @@ export class ConsoleServer {
     const refusal = this.#refuseChange(req);
     if (refusal) return void send(res, refusal.status, { error: refusal.error });
     readJson(req, MAX_POST_BYTES).then(
-      (body) => this.#startReplay(res, body),
+      async (body) => {
+        await this.#index.summarizeAll(); // a selection by filter reads every line's fields
+        this.#startReplay(res, body);
+      },
       (error: Error) => send(res, 400, { error: error.message }),
     );
   }

@@ -45,6 +45,8 @@ interface Entry {
 }
 
 const CHUNK = 1 << 20;
+/** Lines parsed between two turns of the event loop (about 10-30 ms of work). */
+const SUMMARIZE_CHUNK = 2000;
 /** Summaries keep at most this much of each unsigned text (a forged id can be any size). */
 const MAX_FIELD = 200;
 
@@ -61,6 +63,7 @@ export class DeadLetterIndex {
   #indexed = 0;
   #identity = '';
   #generation = 0;
+  #summarizing: Promise<void> | undefined;
 
   constructor(path: string) {
     this.path = path;
@@ -83,6 +86,29 @@ export class DeadLetterIndex {
     const identity = `${stat.dev}-${stat.ino}`;
     if (identity !== this.#identity || stat.size < this.#indexed) this.#reset(identity);
     if (stat.size > this.#indexed) this.#scan(stat.size);
+  }
+
+  /**
+   * Parses every line not parsed yet, a chunk at a time with the event loop free in between, so
+   * the first filter over a large file does not pause the worker. Call before a filtered `page`.
+   */
+  async summarizeAll(): Promise<void> {
+    this.refresh();
+    this.#summarizing ??= this.#summarizeChunks().finally(() => {
+      this.#summarizing = undefined;
+    });
+    await this.#summarizing;
+  }
+
+  async #summarizeChunks(): Promise<void> {
+    for (let start = 0; start < this.#entries.length; start += SUMMARIZE_CHUNK) {
+      const end = Math.min(this.#entries.length, start + SUMMARIZE_CHUNK);
+      if (this.#entries.slice(start, end).every((e) => e.summary !== undefined)) continue;
+      this.#withFile((fd) => {
+        for (let i = start; i < end; i++) this.#summary(i, fd);
+      });
+      await new Promise<void>((resolve) => setImmediate(resolve));
+    }
   }
 
   /** Newest first, filtered, one page. */
