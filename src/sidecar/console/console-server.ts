@@ -165,19 +165,8 @@ export class ConsoleServer {
         error: `showing a body here needs the console token (${CONSOLE_TOKEN_ENV})`,
       });
     }
-    let record: Record<string, unknown> = {};
-    try {
-      record = JSON.parse(line) as Record<string, unknown>;
-    } catch {
-      return void send(res, 422, { error: 'the line is not a JSON record' });
-    }
-    const bytes = recordBytes(record);
-    send(res, 200, {
-      n,
-      encoding: record.raw_encoding ?? null,
-      truncated: record.raw_truncated === true,
-      message: Buffer.isBuffer(bytes) ? bytes.toString('utf8') : String(record.raw ?? ''),
-    });
+    const answer = rawAnswer(n, line);
+    send(res, answer ? 200 : 422, answer ?? { error: 'the line is not a JSON record' });
   }
 
   #post(req: IncomingMessage, res: ServerResponse, path: string): void {
@@ -261,6 +250,23 @@ export class ConsoleServer {
     const job = replay.start(lines as string[], request.dryRun !== false);
     send(res, 202, { id: job.id, dryRun: job.dryRun, letters: job.letters });
   }
+}
+
+/** A letter's message, as the detail view shows it on request; undefined for a line that is not JSON. */
+function rawAnswer(n: number, line: string): Record<string, unknown> | undefined {
+  let record: Record<string, unknown>;
+  try {
+    record = JSON.parse(line) as Record<string, unknown>;
+  } catch {
+    return undefined;
+  }
+  const bytes = recordBytes(record);
+  return {
+    n,
+    encoding: record.raw_encoding ?? null,
+    truncated: record.raw_truncated === true,
+    message: Buffer.isBuffer(bytes) ? bytes.toString('utf8') : String(record.raw ?? ''),
+  };
 }
 
 function filterOf(query: URLSearchParams): LetterFilter {
