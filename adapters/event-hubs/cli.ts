@@ -3,20 +3,11 @@ import { defineTransport, importAdapterModule } from '../../src/core/transport.j
 import { CLI_SCHEME } from './names.js';
 import { eventHubsOptionsSchema } from './options.js';
 
-export {
-  CLI_SCHEME,
-  ENV_CHECKPOINT_STORE,
-  ENV_CONNECTION_STRING,
-  ENV_DEAD_LETTER_QUEUE,
-  ENV_NAMESPACE,
-  ENV_STORAGE_CONNECTION_STRING,
-} from './names.js';
-
 const SDK = '@azure/event-hubs';
 
 /**
  * Azure Event Hubs: `azure-event-hubs:HUB`, with the connection (and the checkpoint store) from
- * the environment variables above; the consumer group is the sidecar's `consumerGroup`.
+ * the environment variables of names.ts; the consumer group is the sidecar's `consumerGroup`.
  */
 export const eventHubsTransport = defineTransport({
   name: 'event-hubs',

@@ -10,6 +10,7 @@ export {
   type EventHubsMessage,
 } from './adapter.js';
 export { envelopeText } from './body.js';
+export { eventHubsSourceFromCli, lazyBlobCheckpointStore } from './environment.js';
 export {
   CLI_SCHEME,
   ENV_CHECKPOINT_STORE,
@@ -17,8 +18,7 @@ export {
   ENV_DEAD_LETTER_QUEUE,
   ENV_NAMESPACE,
   ENV_STORAGE_CONNECTION_STRING,
-} from './cli.js';
-export { eventHubsSourceFromCli, lazyBlobCheckpointStore } from './environment.js';
+} from './names.js';
 export type { EventHubsAdapterOptions } from './options.js';
 export { type DeadEventInfo, POISON_PROPERTIES } from './poison-hub.js';
 export { SqliteCheckpointStore, type SqliteCheckpointStoreOptions } from './sqlite-checkpoint-store.js';

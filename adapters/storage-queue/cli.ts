@@ -1,12 +1,9 @@
 import { redact } from '../../src/core/redact.js';
 import { defineTransport, importAdapterModule } from '../../src/core/transport.js';
+import { CLI_PREFIX } from './names.js';
 import { storageQueueOptionsSchema } from './options.js';
 
 const SDK = '@azure/storage-queue';
-
-import { CLI_PREFIX } from './names.js';
-
-export { CLI_PREFIX } from './names.js';
 
 /** Whether a `--source` / `--to` value names a Storage Queue (for the CLI's choice of transport). */
 export function isStorageQueueSpec(spec: string): boolean {
