@@ -6,6 +6,7 @@ import type { ConsumerMetrics } from '../sidecar/metrics.js';
 import { startOpsServer } from '../sidecar/ops-server.js';
 import { readiness } from '../sidecar/readiness.js';
 import { onStopSignals, writeLine } from './common.js';
+import { NO_CLI_COMMAND, thisCliCommand } from './this-cli-command.js';
 
 export interface DemoConsoleParts {
   readonly consumer: Consumer;
@@ -30,7 +31,7 @@ const PUBLISH_EVERY_MS = 2000;
  */
 export async function runDemoConsole(parts: DemoConsoleParts): Promise<void> {
   const { consumer, source } = parts;
-  const main = process.argv[1] as string;
+  const command = thisCliCommand();
   const consoleServer = new ConsoleServer({
     stats: parts.live,
     deadLetterPath: parts.deadLetterPath,
@@ -38,15 +39,18 @@ export async function runDemoConsole(parts: DemoConsoleParts): Promise<void> {
     readiness: () => readiness(consumer, source, 120_000).checks,
     status: () => consumer.status,
     source: 'demo-queue (in-process)',
-    replay: new ReplayJobs(
-      {
-        command: [process.execPath, ...process.execArgv, main],
-        args: ['--forward', parts.appUrl, '--dedupe', `sqlite:${parts.dedupePath}`],
-        description: describeUrl(parts.appUrl),
-        env: { PARTNER_EVENTS_SIGNING_SECRET: parts.signingSecret },
-      },
-      parts.deadLetterPath,
-    ),
+    replay:
+      command &&
+      new ReplayJobs(
+        {
+          command,
+          args: ['--forward', parts.appUrl, '--dedupe', `sqlite:${parts.dedupePath}`],
+          description: describeUrl(parts.appUrl),
+          env: { PARTNER_EVENTS_SIGNING_SECRET: parts.signingSecret },
+        },
+        parts.deadLetterPath,
+      ),
+    replayUnavailable: command ? undefined : NO_CLI_COMMAND,
     token: process.env[CONSOLE_TOKEN_ENV] || undefined,
     loopback: true,
   });

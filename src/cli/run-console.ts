@@ -5,6 +5,7 @@ import { CONSOLE_TOKEN_ENV, ConsoleServer, type LiveStats, ReplayJobs } from '..
 import { describeUrl } from '../sidecar/forward.js';
 import type { ReadinessCheck } from '../sidecar/ops-server.js';
 import { describeSpec } from '../transports.js';
+import { NO_CLI_COMMAND, thisCliCommand } from './this-cli-command.js';
 
 export interface ConsoleParts {
   readonly consumer: Consumer;
@@ -44,10 +45,10 @@ function replayCommand(config: SidecarConfig) {
   if (Object.keys(config.forward.headers).length > 0) {
     return 'the worker sends extra headers to the app, which `partner-events replay` cannot send yet';
   }
-  const main = process.argv[1];
-  if (!main) return 'cannot tell how this process was started';
+  const command = thisCliCommand();
+  if (!command) return NO_CLI_COMMAND;
   return {
-    command: [process.execPath, ...process.execArgv, main],
+    command,
     args: [
       '--forward',
       config.forward.url,
