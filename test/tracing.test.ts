@@ -11,6 +11,7 @@ import { createConsumer } from '../src/consumer/consumer.js';
 import { createTestEnvelope, forgedEnvelope, TEST_SIGNING_SECRET } from '../src/consumer/testing.js';
 import { silentLogger } from '../src/core/logger.js';
 import type { RawMessage } from '../src/core/source-adapter.js';
+import { tempDir } from './support/harness.js';
 import { recordSpans } from './support/spans.js';
 
 let recorder: ReturnType<typeof recordSpans>;
@@ -139,6 +140,29 @@ describe('a span per delivery', () => {
     });
     const handler = byName(recorder.spans(), 'partner_events.handler');
     expect(handler?.status).toMatchObject({ code: 2, message: 'Error' });
+  });
+
+  it('reports the final outcome when the dead-letter write fails: a retry with the dead code, not dead', async () => {
+    // The JSONL sink on a path that is a directory: every append fails (EISDIR).
+    const dir = tempDir('phe-tracing-');
+    const c = createConsumer({
+      secrets: [{ id: 'current', secret: TEST_SIGNING_SECRET }],
+      logger: silentLogger(),
+      retry: { maxAttempts: 1 },
+      deadLetter: dir.path,
+    });
+    c.on('*', () => {
+      throw new Error('the app is down');
+    });
+    const result = await c.process(message(createTestEnvelope('daily.data.steps.created').raw));
+    expect(result.outcome).toMatchObject({ kind: 'retry', code: 'HANDLER_FAILED' });
+    const deliveries = recorder.spans().filter((s) => s.name.startsWith('process '));
+    expect(
+      deliveries.map((d) => [d.attributes['partner_events.outcome'], d.attributes['partner_events.code']]),
+    ).toEqual([['retry', 'HANDLER_FAILED']]);
+    expect(deliveries[0]?.status).toEqual({ code: 2, message: 'HANDLER_FAILED' });
+    await c.stop();
+    dir.cleanup();
   });
 
   it('records nothing with tracing: false', async () => {

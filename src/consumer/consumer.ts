@@ -6,7 +6,12 @@ import { createLogger } from '../core/logger.js';
 import { boundRetryPolicy, type DeadOutcome, decide } from '../core/outcome.js';
 import { Keyring, type SigningSecret, secretsFromEnv } from '../core/secrets.js';
 import type { RawMessage, SourceAdapter } from '../core/source-adapter.js';
-import { deliveryTracer, type TraceAttributes } from '../core/tracing.js';
+import {
+  type DeliveryTrace,
+  type DeliveryTracer,
+  deliveryTracer,
+  type TraceAttributes,
+} from '../core/tracing.js';
 import { createMemoryDedupe } from '../dedupe/memory.js';
 import { type DedupeStore, PUBLISHER_RETRY_WINDOW_MS } from '../dedupe/types.js';
 import { createJsonlDeadLetters, type DeadLetterSink } from './dead-letter-sink.js';
@@ -92,6 +97,8 @@ export class Consumer<M extends RawMessage = RawMessage> {
   readonly #source: SourceAdapter<M> | undefined;
   readonly #heartbeats: VisibilityHeartbeats<M> | undefined;
   readonly #pipeline: Pipeline;
+  /** Spans per delivery (src/core/tracing.ts); undefined: no tracing code runs. */
+  readonly #tracer: DeliveryTracer | undefined;
   readonly #onSettled: ((report: SettledReport<M>) => void) | undefined;
   readonly #settledLog: SettledLog;
   #state: ConsumerState = 'idle';
@@ -141,8 +148,8 @@ export class Consumer<M extends RawMessage = RawMessage> {
       router: this.#router,
       logger: this.logger,
       ...(now ? { now } : {}),
-      tracer: deliveryTracer(tracing, source, traceAttributes),
     });
+    this.#tracer = deliveryTracer(tracing, source, traceAttributes);
   }
 
   /** Registers a handler for a catalog type, a dotted wildcard (`daily.data.*`) or `*`. */
@@ -175,8 +182,20 @@ export class Consumer<M extends RawMessage = RawMessage> {
    * For consumers with their own receive loop: apply `result.outcome` to your broker yourself.
    * Never throws; if the dead-letter write fails the outcome becomes a retry.
    */
-  async process(message: M, signal?: AbortSignal): Promise<ProcessResult> {
-    const result = await this.#pipeline.process(message, signal);
+  process(message: M, signal?: AbortSignal): Promise<ProcessResult> {
+    const trace = this.#tracer?.begin(message);
+    return trace ? this.#traced(message, signal, trace) : this.#process(message, signal, undefined);
+  }
+
+  /** The delivery span ends with the final outcome: a failed dead-letter write made it a retry. */
+  async #traced(message: M, signal: AbortSignal | undefined, trace: DeliveryTrace): Promise<ProcessResult> {
+    const result = await this.#process(message, signal, trace);
+    trace.end(result.outcome);
+    return result;
+  }
+
+  async #process(message: M, signal: AbortSignal | undefined, trace: DeliveryTrace | undefined) {
+    const result = await this.#pipeline.process(message, signal, trace);
     if (result.outcome.kind !== 'dead') return result;
     try {
       await this.deadLetter(message, result.outcome, result);

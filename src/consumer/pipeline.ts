@@ -6,7 +6,7 @@ import { type Decision, decide, type Facts, type Outcome, type RetryPolicy } fro
 import { redact } from '../core/redact.js';
 import type { Keyring } from '../core/secrets.js';
 import type { RawMessage } from '../core/source-adapter.js';
-import type { DeliveryTrace, DeliveryTracer } from '../core/tracing.js';
+import type { DeliveryTrace } from '../core/tracing.js';
 import { type VerifiedMessage, verifyMessage } from '../core/verify.js';
 import type { ClaimResult, DedupeStore } from '../dedupe/types.js';
 import { HandlerRunner } from './handler-runner.js';
@@ -34,8 +34,6 @@ export interface PipelineDeps {
   readonly router: Router;
   readonly logger: Logger;
   readonly now?: () => number;
-  /** Spans per delivery (src/core/tracing.ts); absent: no tracing code runs. */
-  readonly tracer?: DeliveryTracer | undefined;
 }
 
 /**
@@ -87,18 +85,12 @@ export class Pipeline {
     this.#handlers = new HandlerRunner(settings, deps.dedupe, deps.logger);
   }
 
-  process(message: RawMessage, signal?: AbortSignal): Promise<ProcessResult> {
-    const trace = this.#deps.tracer?.begin(message);
-    return trace ? this.#traced(message, signal, trace) : this.#process(message, signal, undefined);
-  }
-
-  async #traced(message: RawMessage, signal: AbortSignal | undefined, trace: DeliveryTrace) {
-    const result = await this.#process(message, signal, trace);
-    trace.end(result.outcome);
-    return result;
-  }
-
-  async #process(message: RawMessage, signal: AbortSignal | undefined, trace: DeliveryTrace | undefined) {
+  /**
+   * `trace`: the delivery's span (src/core/tracing.ts), for the steps' and handlers' child spans;
+   * the caller ends it once the outcome is final (after the dead-letter write). Absent: no
+   * tracing code runs.
+   */
+  async process(message: RawMessage, signal?: AbortSignal, trace?: DeliveryTrace): Promise<ProcessResult> {
     const started = performance.now();
     const routed = this.#verifyAndRoute(message, started, trace);
     if (!('handlers' in routed)) return routed;
