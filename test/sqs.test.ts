@@ -7,6 +7,7 @@ import {
   type DeleteMessageBatchCommandOutput,
   ReceiveMessageCommand,
   SendMessageBatchCommand,
+  SendMessageCommand,
   type SQSClient,
 } from '@aws-sdk/client-sqs';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
@@ -31,6 +32,7 @@ import { createMemoryDedupe } from '../src/dedupe/memory.js';
 import { createSqliteDedupe } from '../src/dedupe/sqlite.js';
 import { createQueue, type FauxqsServer, fauxqsClient, sqsCounts, startFauxqs } from './support/fauxqs.js';
 import { tempDir } from './support/harness.js';
+import { recordSpans } from './support/spans.js';
 
 let server: FauxqsServer;
 const cleanups: (() => Promise<void> | void)[] = [];
@@ -535,6 +537,116 @@ describe('SqsAdapter through the consumer (fauxqs)', () => {
     expect(s.reports[0]?.outcome).toMatchObject({ kind: 'dead', code: 'MALFORMED_ENVELOPE' });
     const onDlq = await peekAll(client, dlq.url);
     expect(onDlq.map((m) => m.Body)).toEqual(['not an envelope']);
+  });
+});
+
+/** The trace contexts the delivery span of message `id` links to, as `traceId/spanId`. */
+function linksOf(recorder: ReturnType<typeof recordSpans>, id: string): string[] | undefined {
+  const delivery = recorder
+    .spans()
+    .find((span) => span.name.startsWith('process ') && span.attributes['messaging.message.id'] === id);
+  return delivery?.links.map((l) => `${l.context.traceId}/${l.context.spanId}`);
+}
+
+describe('trace context through fauxqs: the delivery span links to what the message carried', () => {
+  let recorder: ReturnType<typeof recordSpans>;
+  beforeAll(() => {
+    recorder = recordSpans();
+  });
+  afterAll(() => recorder.stop());
+
+  const PRODUCER_TRACE = '4bf92f3577b34da6a3ce929d0e0e4736';
+  const PRODUCER_SPAN = '00f067aa0ba902b7';
+  const XRAY_HEADER = 'Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1';
+
+  /** Sends one signed event with these message attributes (String) and system attributes. */
+  async function sendTraced(
+    s: Setup,
+    attributes: Record<string, string>,
+    systemAttributes: Record<string, string> = {},
+  ): Promise<string> {
+    const string = (value: string) => ({ DataType: 'String', StringValue: value });
+    const { MessageId } = await s.client.send(
+      new SendMessageCommand({
+        QueueUrl: s.queueUrl,
+        MessageBody: createTestEnvelope('daily.data.steps.created').raw,
+        MessageAttributes: Object.fromEntries(Object.entries(attributes).map(([k, v]) => [k, string(v)])),
+        MessageSystemAttributes: Object.fromEntries(
+          Object.entries(systemAttributes).map(([k, v]) => [k, string(v)]),
+        ),
+      }),
+    );
+    return MessageId as string;
+  }
+
+  it('traceparent / tracestate message attributes; a malformed traceparent is handled without a link', async () => {
+    const s = await setup();
+    s.consumer.on('*', () => {});
+    const carried = await sendTraced(s, {
+      traceparent: `00-${PRODUCER_TRACE}-${PRODUCER_SPAN}-01`,
+      tracestate: 'vendor=1',
+      tenant: 'acme',
+    });
+    const malformed = await sendTraced(s, { traceparent: '00-not-a-trace-context-01', tracestate: 'x' });
+    const plain = await sendTraced(s, {});
+    await s.consumer.start();
+    await vi.waitFor(() => expect(s.reports.filter(ackedHandled)).toHaveLength(3), { timeout: 5000 });
+
+    expect(linksOf(recorder, carried)).toEqual([`${PRODUCER_TRACE}/${PRODUCER_SPAN}`]);
+    const delivery = recorder.spans().find((span) => span.attributes['messaging.message.id'] === carried);
+    expect(delivery?.links[0]?.context.traceState?.serialize()).toBe('vendor=1');
+    expect(delivery?.attributes).toMatchObject({
+      'messaging.system': 'aws_sqs',
+      'partner_events.outcome': 'handled',
+    });
+    expect(linksOf(recorder, malformed)).toEqual([]);
+    expect(linksOf(recorder, plain)).toEqual([]);
+  });
+
+  it('every receive asks for AWSTraceHeader and the trace message attributes (SQS returns only what is asked for)', async () => {
+    const s = await setup();
+    s.consumer.on('*', () => {});
+    await send(s.client, s.queueUrl, [createTestEnvelope('daily.data.steps.created').raw]);
+    await s.consumer.start();
+    await vi.waitFor(() => expect(s.reports.filter(ackedHandled)).toHaveLength(1), { timeout: 5000 });
+    const receives = s.calls.filter((c) => c.command === 'ReceiveMessageCommand');
+    expect(receives.length).toBeGreaterThan(0);
+    for (const receive of receives) {
+      expect(receive.input.MessageSystemAttributeNames).toEqual(expect.arrayContaining(['AWSTraceHeader']));
+      expect(receive.input.MessageAttributeNames).toEqual(
+        expect.arrayContaining(['traceparent', 'tracestate']),
+      );
+    }
+  });
+
+  it('the AWSTraceHeader system attribute (X-Ray)', async (ctx) => {
+    const s = await setup();
+    // fauxqs (1.9.x) drops SendMessage's MessageSystemAttributes: sendMessage.js never reads them
+    // and receiveMessage.js answers only SenderId, SentTimestamp, ApproximateReceiveCount,
+    // ApproximateFirstReceiveTimestamp, MessageGroupId, MessageDeduplicationId and SequenceNumber.
+    // Asked here of the emulator itself (not through the adapter), so the test runs once it does.
+    const probe = await createQueue(s.client, 'xray-probe');
+    await s.client.send(
+      new SendMessageCommand({
+        QueueUrl: probe.url,
+        MessageBody: 'probe',
+        MessageSystemAttributes: { AWSTraceHeader: { DataType: 'String', StringValue: XRAY_HEADER } },
+      }),
+    );
+    const { Messages = [] } = await s.client.send(
+      new ReceiveMessageCommand({ QueueUrl: probe.url, MessageSystemAttributeNames: ['All'] }),
+    );
+    if (Messages[0]?.Attributes?.AWSTraceHeader === undefined) {
+      ctx.skip(
+        'fauxqs does not carry the AWSTraceHeader system attribute (SendMessage MessageSystemAttributes)',
+      );
+    }
+
+    s.consumer.on('*', () => {});
+    const carried = await sendTraced(s, {}, { AWSTraceHeader: XRAY_HEADER });
+    await s.consumer.start();
+    await vi.waitFor(() => expect(s.reports.filter(ackedHandled)).toHaveLength(1), { timeout: 5000 });
+    expect(linksOf(recorder, carried)).toEqual(['5759e988bd862e3fe1be46a994272793/53995c3f42cd8ad8']);
   });
 });
 
