@@ -6,12 +6,7 @@ import { createLogger } from '../core/logger.js';
 import { boundRetryPolicy, type DeadOutcome, decide } from '../core/outcome.js';
 import { Keyring, type SigningSecret, secretsFromEnv } from '../core/secrets.js';
 import type { RawMessage, SourceAdapter } from '../core/source-adapter.js';
-import {
-  type DeliveryTrace,
-  type DeliveryTracer,
-  deliveryTracer,
-  type TraceAttributes,
-} from '../core/tracing.js';
+import { type DeliveryTracer, deliveryTracer, type TraceAttributes } from '../core/tracing.js';
 import { createMemoryDedupe } from '../dedupe/memory.js';
 import { type DedupeStore, PUBLISHER_RETRY_WINDOW_MS } from '../dedupe/types.js';
 import { createJsonlDeadLetters, type DeadLetterSink } from './dead-letter-sink.js';
@@ -182,20 +177,17 @@ export class Consumer<M extends RawMessage = RawMessage> {
    * For consumers with their own receive loop: apply `result.outcome` to your broker yourself.
    * Never throws; if the dead-letter write fails the outcome becomes a retry.
    */
-  process(message: M, signal?: AbortSignal): Promise<ProcessResult> {
+  async process(message: M, signal?: AbortSignal): Promise<ProcessResult> {
     const trace = this.#tracer?.begin(message);
-    return trace ? this.#traced(message, signal, trace) : this.#process(message, signal, undefined);
-  }
-
-  /** The delivery span ends with the final outcome: a failed dead-letter write made it a retry. */
-  async #traced(message: M, signal: AbortSignal | undefined, trace: DeliveryTrace): Promise<ProcessResult> {
-    const result = await this.#process(message, signal, trace);
-    trace.end(result.outcome);
+    let result = await this.#pipeline.process(message, signal, trace);
+    if (result.outcome.kind === 'dead') result = await this.#deadLettered(message, result);
+    // The delivery span ends with the final outcome: a failed dead-letter write made it a retry.
+    trace?.end(result.outcome);
     return result;
   }
 
-  async #process(message: M, signal: AbortSignal | undefined, trace: DeliveryTrace | undefined) {
-    const result = await this.#pipeline.process(message, signal, trace);
+  /** Writes the record of a dead result; when that fails, the outcome becomes a retry. */
+  async #deadLettered(message: M, result: ProcessResult): Promise<ProcessResult> {
     if (result.outcome.kind !== 'dead') return result;
     try {
       await this.deadLetter(message, result.outcome, result);
