@@ -1,9 +1,9 @@
 /**
  * What ships for operators: the Prometheus alert rules (deploy/prometheus/alerts.yaml and the same
- * groups as a PrometheusRule), the Grafana dashboard (deploy/grafana/partner-events.json) and the
- * metrics they read. The rules and the dashboard's queries go through `promtool` (Debian's
- * prometheus package, installed by .ci/run), and every metric they name must be in a live
- * /metrics scrape of `partner-events run`.
+ * groups as a PrometheusRule), their unit tests (deploy/prometheus/alerts.test.yaml), the Grafana
+ * dashboard (deploy/grafana/partner-events.json) and the metrics they read. The rules, their tests
+ * and the dashboard's queries go through `promtool` (Debian's prometheus package, installed by
+ * .ci/run), and every metric they name must be in a live /metrics scrape of `partner-events run`.
  */
 import { spawnSync } from 'node:child_process';
 import { readFileSync, writeFileSync } from 'node:fs';
@@ -11,6 +11,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parse, parseAllDocuments, stringify } from 'yaml';
 import { createTestEnvelope, forgedEnvelope } from '../src/consumer/testing.js';
+import { ERROR_CODES } from '../src/core/errors.js';
 import { createSqliteDedupe } from '../src/dedupe/sqlite.js';
 import { ConsumerMetrics } from '../src/sidecar/metrics.js';
 import { postEnvelope, startApp, startRun } from './support/cli.js';
@@ -32,6 +33,15 @@ interface Rule {
 interface RuleGroups {
   groups: { name: string; rules: Rule[] }[];
 }
+/** promtool's rule test file: series as /metrics would expose them, and the alerts expected. */
+interface RuleTests {
+  rule_files: string[];
+  tests: {
+    name: string;
+    input_series: { series: string; values: string }[];
+    alert_rule_test?: { alertname: string; exp_alerts?: unknown[] }[];
+  }[];
+}
 interface Panel {
   title: string;
   description?: string;
@@ -44,6 +54,8 @@ const dashboard = JSON.parse(readFileSync('deploy/grafana/partner-events.json', 
   templating: { list: { query: unknown }[] };
 };
 const alertRules = alerts.groups.flatMap((g) => g.rules);
+const ALERT_TESTS = 'deploy/prometheus/alerts.test.yaml';
+const alertTests = parse(readFileSync(ALERT_TESTS, 'utf8')) as RuleTests;
 
 /** The dashboard's queries with Grafana's variables replaced, as Prometheus would receive them. */
 function dashboardQueries(): { panel: string; expr: string }[] {
@@ -78,6 +90,12 @@ describe.skipIf(!HAS_PROMTOOL)('promtool', () => {
     const result = promtool(['check', 'rules', 'deploy/prometheus/alerts.yaml']);
     expect(result.output).toContain('SUCCESS');
     expect(result.status, result.output).toBe(0);
+  });
+
+  it("passes the alerts' unit tests: each fires when it should and stays quiet when it should", () => {
+    const result = promtool(['test', 'rules', ALERT_TESTS]);
+    expect(result.status, result.output).toBe(0);
+    expect(result.output).toContain('SUCCESS');
   });
 
   it('accepts the PrometheusRule beside the Kubernetes example, which holds the same groups', () => {
@@ -127,6 +145,48 @@ describe('alert rules and dashboard', () => {
       expect(file, rule.alert).toBe('docs/replay-runbook.md');
       expect(anchors, `${rule.alert} → #${anchor}`).toContain(anchor);
       expect(observability, `docs/observability.md explains ${rule.alert}`).toContain(String(rule.alert));
+    }
+  });
+
+  it('have unit tests for every alert, a case where it fires and one where it must not', () => {
+    expect(alertTests.rule_files).toEqual(['alerts.yaml']);
+    const checks = alertTests.tests.flatMap((t) => t.alert_rule_test ?? []);
+    for (const rule of alertRules) {
+      const own = checks.filter((c) => c.alertname === rule.alert);
+      expect(
+        own.some((c) => (c.exp_alerts ?? []).length > 0),
+        `${rule.alert} fires`,
+      ).toBe(true);
+      expect(
+        own.some((c) => (c.exp_alerts ?? []).length === 0),
+        `${rule.alert} stays quiet`,
+      ).toBe(true);
+    }
+  });
+
+  it('test the alerts on series shaped like /metrics: its names, error codes and histogram buckets', async () => {
+    const registry = new ConsumerMetrics().registry;
+    const families = new Set(registry.getMetricsAsArray().map((m) => m.name));
+    const ageBuckets = (await registry.getSingleMetric('partner_events_event_age_seconds')?.get())?.values
+      .filter((v) => v.labels.le !== undefined) // the _bucket values (not _sum, _count)
+      .map((v) => String(v.labels.le));
+    expect(ageBuckets?.length).toBeGreaterThan(5);
+    for (const test of alertTests.tests) {
+      const bucketsUsed: string[] = [];
+      for (const { series } of test.input_series) {
+        const [, name = '', labels = ''] = /^(\w+)\{(.*)\}$/.exec(series) ?? [];
+        expect(families, `${test.name}: ${series}`).toContain(name.replace(/_(bucket|sum|count)$/, ''));
+        const code = /\bcode="([^"]+)"/.exec(labels)?.[1];
+        if (code !== undefined) expect(ERROR_CODES, series).toContain(code);
+        const le = /\ble="([^"]+)"/.exec(labels)?.[1];
+        if (name === 'partner_events_event_age_seconds_bucket' && le !== undefined) bucketsUsed.push(le);
+      }
+      if (bucketsUsed.length > 0) {
+        // One histogram per instance, each with exactly the buckets the live metric has.
+        const instances = bucketsUsed.length / (ageBuckets?.length ?? 1);
+        expect(instances, test.name).toBe(Math.round(instances));
+        expect(new Set(bucketsUsed), test.name).toEqual(new Set(ageBuckets));
+      }
     }
   });
 
