@@ -28,6 +28,7 @@ import { Azurite } from './support/azurite.js';
 import { EventHubsBroker } from './support/event-hubs-broker.js';
 import type { EventHubsTestServer, TestHub } from './support/event-hubs-server.js';
 import { tempDir } from './support/harness.js';
+import { recordSpans } from './support/spans.js';
 
 type Handler = (event: { event_id: string }, context: HandlerContext) => unknown;
 
@@ -418,6 +419,67 @@ describe('Event Hubs adapter against the real SDK', () => {
     );
     expect(handled).toEqual([...first, ...later]);
   });
+});
+
+describe('trace context through the broker: the delivery span links to what the event carried', () => {
+  let recorder: ReturnType<typeof recordSpans>;
+  beforeAll(() => {
+    recorder = recordSpans();
+  });
+  afterAll(() => recorder.stop());
+  beforeEach(async () => {
+    // The emulator's pool holds 10 hubs, its quota, all taken by the tests above.
+    if (SERVER === 'broker') hub = await server.createHub(1);
+  });
+
+  const TRACEPARENT_TRACE = '4bf92f3577b34da6a3ce929d0e0e4736';
+  const TRACEPARENT_SPAN = '00f067aa0ba902b7';
+  const DIAGNOSTIC_TRACE = '0af7651916cd43dd8448eb211c80319c';
+  const DIAGNOSTIC_SPAN = 'b7ad6b7169203331';
+
+  it.skipIf(SERVER === 'emulator')(
+    'traceparent / tracestate or Diagnostic-Id application properties; malformed ones are handled without a link',
+    async () => {
+      const producer = new EventHubProducerClient(hub.connectionString);
+      const event = (properties?: Record<string, string>) => ({
+        body: createTestEnvelope('daily.data.steps.created').raw,
+        ...(properties ? { properties } : {}),
+      });
+      await producer.sendBatch(
+        [
+          event({ traceparent: `00-${TRACEPARENT_TRACE}-${TRACEPARENT_SPAN}-01`, tracestate: 'vendor=1' }),
+          // What an instrumented Azure SDK producer sets (a W3C traceparent under its older name).
+          event({ 'Diagnostic-Id': `00-${DIAGNOSTIC_TRACE}-${DIAGNOSTIC_SPAN}-01` }),
+          event({ traceparent: '00-not-a-trace-context-01' }),
+          // The hierarchical Request-Id of older .NET producers: not W3C, so no link.
+          event({ 'Diagnostic-Id': `|${DIAGNOSTIC_TRACE}.${DIAGNOSTIC_SPAN}.` }),
+          event(),
+        ],
+        { partitionId: '0' },
+      );
+      await producer.close();
+      const worker = await startWorker(() => {});
+      await vi.waitFor(() => expect(handledIds(worker.reports)).toHaveLength(5), WAIT);
+
+      const deliveries = new Map(
+        recorder
+          .spans()
+          .filter((span) => span.name.startsWith('process '))
+          .map((span) => [span.attributes['messaging.message.id'], span]),
+      );
+      const links = (id: string) =>
+        deliveries.get(id)?.links.map((l) => `${l.context.traceId}/${l.context.spanId}`);
+      expect(links('0:0')).toEqual([`${TRACEPARENT_TRACE}/${TRACEPARENT_SPAN}`]);
+      expect(deliveries.get('0:0')?.links[0]?.context.traceState?.serialize()).toBe('vendor=1');
+      expect(deliveries.get('0:0')?.attributes).toMatchObject({
+        'messaging.system': 'azure_eventhubs',
+        'messaging.destination.partition.id': '0',
+        'partner_events.outcome': 'handled',
+      });
+      expect(links('0:1')).toEqual([`${DIAGNOSTIC_TRACE}/${DIAGNOSTIC_SPAN}`]);
+      expect([links('0:2'), links('0:3'), links('0:4')]).toEqual([[], [], []]);
+    },
+  );
 });
 
 describe('two instances with the Blob checkpoint store (Azurite)', () => {
