@@ -14,14 +14,13 @@
  *
  * Prints a table, then one JSON line with every figure (the last line of output).
  */
-import { type ChildProcess, fork, spawn } from 'node:child_process';
+import { type ChildProcess, spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { availableParallelism, cpus, loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import { SendMessageBatchCommand, type SQSClient } from '@aws-sdk/client-sqs';
-import { createQueue, fauxqsClient, fauxqsEnv } from '../test/support/fauxqs.js';
+import { fauxqsClient, fauxqsEnv } from '../test/support/fauxqs.js';
+import { preloadedQueue, startFauxqsChild } from './fauxqs.js';
 import { makeEnvelopes } from './fixtures.js';
 import { cpuOf, exited, freePort, startApp, startSidecar } from './sidecar.js';
 import { fmtFixed, fmtInt, median, sig, table } from './stats.js';
@@ -48,7 +47,6 @@ const n = Number(values.n);
 const reps = Number(values.reps);
 const workerCounts = values.workers.split(',').map(Number);
 const concurrency = Number(values.concurrency);
-const here = (file: string) => fileURLToPath(new URL(file, import.meta.url));
 
 const cpu = cpus()[0]?.model ?? 'unknown cpu';
 console.log(
@@ -145,8 +143,7 @@ console.log(
 
 /** One run: a fresh preloaded queue, `workers` processes started together, measured by the app. */
 async function runOnce(workers: number, dedupe: string): Promise<Run> {
-  const queue = await createQueue(client, 'scale');
-  await preload(client, queue.url, makeEnvelopes(300, n));
+  const queue = await preloadedQueue(client, 'scale', makeEnvelopes(300, n));
   const warm = Math.floor(n / 10);
   let pids: number[] = [];
   const sample = () => ({
@@ -188,45 +185,6 @@ async function runOnce(workers: number, dedupe: string): Promise<Run> {
     fauxqsCpuUs: (b.fauxqs - a.fauxqs) / window,
     load: loadavg()[0] ?? 0,
   };
-}
-
-async function preload(sqs: SQSClient, queueUrl: string, bodies: readonly string[]): Promise<void> {
-  for (let i = 0; i < bodies.length; i += 100) {
-    const sends: Promise<unknown>[] = [];
-    for (let j = i; j < Math.min(bodies.length, i + 100); j += 10) {
-      const chunk = bodies.slice(j, j + 10);
-      sends.push(
-        sqs.send(
-          new SendMessageBatchCommand({
-            QueueUrl: queueUrl,
-            Entries: chunk.map((MessageBody, k) => ({ Id: String(k), MessageBody })),
-          }),
-        ),
-      );
-    }
-    await Promise.all(sends);
-  }
-}
-
-/** fauxqs in its own process (bench/sqs.ts --serve), with its pid for CPU figures. */
-function startFauxqsChild(): Promise<{ endpoint: string; pid: number; close(): Promise<void> }> {
-  return new Promise((resolve, reject) => {
-    const child = fork(here('./sqs.ts'), ['--serve'], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
-    child.once('error', reject);
-    child.once('exit', (code) => reject(new Error(`fauxqs child exited (${code}) before it was ready`)));
-    child.once('message', (m) => {
-      const { endpoint } = m as { endpoint: string };
-      resolve({
-        endpoint,
-        pid: child.pid as number,
-        close: () =>
-          new Promise<void>((done) => {
-            child.once('exit', () => done());
-            child.disconnect();
-          }),
-      });
-    });
-  });
 }
 
 /** redis-server on a free loopback port without persistence; undefined when it is not installed. */

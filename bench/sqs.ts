@@ -21,20 +21,19 @@
  *
  * Prints a table, then one JSON line with every figure (the last line of output).
  */
-import { fork } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { availableParallelism, cpus, loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import { SendMessageBatchCommand, type SQSClient } from '@aws-sdk/client-sqs';
+import type { SQSClient } from '@aws-sdk/client-sqs';
 import { Consumer as SqsConsumer } from 'sqs-consumer';
 import { createSqsAdapter, type SqsMessage } from '../adapters/sqs/index.js';
 import { createConsumer } from '../src/consumer/consumer.js';
 import { silentLogger } from '../src/core/logger.js';
 import { createSqliteDedupe } from '../src/dedupe/sqlite.js';
-import { createQueue, type FauxqsServer, fauxqsClient, startFauxqs } from '../test/support/fauxqs.js';
+import { fauxqsClient, startFauxqs } from '../test/support/fauxqs.js';
+import { preloadedQueue, startFauxqsChild } from './fauxqs.js';
 import { EVENT_TYPE, makeEnvelopes, OUR_SECRET } from './fixtures.js';
 import { fmtFixed, fmtInt, median, sig, table } from './stats.js';
 
@@ -49,18 +48,10 @@ const { values } = parseArgs({
     concurrency: { type: 'string', default: '16,32,64,128' },
     server: { type: 'string', default: 'child' },
     'latency-ms': { type: 'string', default: '0' },
-    serve: { type: 'boolean', default: false },
   },
 });
 
-if (values.serve) {
-  // Child mode: host fauxqs on a loopback port until the parent goes away.
-  const server = await startFauxqs();
-  process.send?.({ endpoint: server.endpoint });
-  process.once('disconnect', () => void server.close());
-} else {
-  await main();
-}
+await main();
 
 interface RunResult {
   readonly eventsPerSec: number;
@@ -93,7 +84,7 @@ async function main(): Promise<void> {
     `${fmtInt(n)} signed events of ${bytes} B bodies per run, ${reps} rep(s), fresh queue per run\n`,
   );
 
-  const server = inProcess ? await startFauxqs() : await startChildServer();
+  const server = inProcess ? await startFauxqs() : await startFauxqsChild();
   const calls = new Map<string, number>();
   const client = (): SQSClient => {
     const c = fauxqsClient(server.endpoint);
@@ -126,10 +117,9 @@ async function main(): Promise<void> {
 
   /** One measured run of `contender` over the first `count` envelopes. */
   const measure = async (contender: Contender, count: number): Promise<RunResult> => {
-    const queue = await createQueue(loader, 'bench');
     // Signed now, not once at the start: a long run on a loaded machine would age them past the
     // 300 s limit (every event dead as TIMESTAMP_TOO_OLD).
-    await preload(loader, queue.url, makeEnvelopes(bytes, count));
+    const queue = await preloadedQueue(loader, 'bench', makeEnvelopes(bytes, count));
     calls.clear();
     const cpuBefore = process.cpuUsage();
     const { eventsPerSec } = await contender.run(queue.url, count);
@@ -230,47 +220,6 @@ async function main(): Promise<void> {
       load_average: load,
     }),
   );
-}
-
-/** fauxqs in a child process (this file with `--serve`), stopped when we disconnect. */
-function startChildServer(): Promise<FauxqsServer> {
-  return new Promise((resolve, reject) => {
-    const child = fork(fileURLToPath(import.meta.url), ['--serve'], {
-      stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
-    });
-    child.once('error', reject);
-    child.once('exit', (code) => reject(new Error(`fauxqs child exited (${code}) before it was ready`)));
-    child.once('message', (m) => {
-      const { endpoint } = m as { endpoint: string };
-      resolve({
-        endpoint,
-        close: () =>
-          new Promise<void>((done) => {
-            child.once('exit', () => done());
-            child.disconnect();
-          }),
-      });
-    });
-  });
-}
-
-async function preload(client: SQSClient, queueUrl: string, bodies: readonly string[]): Promise<void> {
-  const chunks: string[][] = [];
-  for (let i = 0; i < bodies.length; i += 10) chunks.push(bodies.slice(i, i + 10));
-  const sendChunk = async (chunk: string[]) => {
-    const out = await client.send(
-      new SendMessageBatchCommand({
-        QueueUrl: queueUrl,
-        Entries: chunk.map((MessageBody, j) => ({ Id: String(j), MessageBody })),
-      }),
-    );
-    if ((out.Failed ?? []).length > 0) throw new Error(`preload failed: ${JSON.stringify(out.Failed)}`);
-  };
-  let next = 0;
-  const worker = async () => {
-    while (next < chunks.length) await sendChunk(chunks[next++] as string[]);
-  };
-  await Promise.all(Array.from({ length: 16 }, worker));
 }
 
 async function runOurs(
