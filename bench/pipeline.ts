@@ -11,7 +11,7 @@ import { createConsumer } from '../src/consumer/consumer.js';
 import { type EventType, eventSchemas } from '../src/core/events/schemas.js';
 import { silentLogger } from '../src/core/logger.js';
 import Database from '../src/core/sqlite-driver.js';
-import { createSqliteDedupe } from '../src/dedupe/sqlite.js';
+import { createSqliteDedupe, SQLITE_STATEMENTS } from '../src/dedupe/sqlite.js';
 import { EVENT_TYPE, makeEnvelopes, OUR_SECRET, sizeByLabel } from './fixtures.js';
 import { median } from './stats.js';
 
@@ -61,7 +61,7 @@ export interface PipelineSizeResult {
   readonly pipeline: RunSeries | null;
   /** The brief's floor: parse, HMAC, parse, zod, one INSERT per event (100 per transaction). */
   readonly floor: RunSeries | null;
-  /** Informational: the floor plus the second write the pipeline makes (claim + complete). */
+  /** The floor with the store's own claim and complete statements instead of the one INSERT. */
   readonly floorClaimComplete: RunSeries | null;
   /** pipeline events/s ÷ floor events/s (medians). */
   readonly ratio: number | null;
@@ -234,9 +234,13 @@ const LEASE_MS = 60_000;
 
 /**
  * The floor: the same operations as the pipeline with no pipeline around them. The database file
- * is created by the SQLite dedupe store itself (so table, index, page size and journal mode are
- * exactly the store's), then reopened with the store's connection pragmas. One INSERT per event,
- * 100 per transaction; timing includes closing the database (as the pipeline's `stopped` does).
+ * is created by the SQLite dedupe store itself (so tables, index, page size and journal mode are
+ * exactly the store's), then reopened with the store's connection pragmas. 100 events per
+ * transaction; timing includes closing the database (as the pipeline's `stopped` does).
+ * - `complete: false` (the brief's floor, one write): one INSERT of a row into the dedupe table
+ *   per event, the least a durable de-duplication can write.
+ * - `complete: true` (floor + complete): the store's own statements (SQLITE_STATEMENTS), bare: its
+ *   claim (a lease row), then its complete (the lease deleted, the done record written).
  */
 export async function runFloorOnce(raws: readonly string[], options: { complete: boolean }): Promise<Timed> {
   const dir = freshDir();
@@ -249,15 +253,22 @@ export async function runFloorOnce(raws: readonly string[], options: { complete:
     db.pragma('wal_autocheckpoint = 10000');
     db.pragma('cache_size = -32000');
     const insert = db.prepare('INSERT INTO dedupe (event_id, done, token, expires_at) VALUES (?, 0, ?, ?)');
-    const complete = db.prepare(
-      'UPDATE dedupe SET done = 1, expires_at = ? WHERE event_id = ? AND token = ? AND done = 0',
-    );
-    const insertBatch = db.transaction((ids: string[], tokens: string[], expiresAt: number) => {
-      for (let i = 0; i < ids.length; i++) insert.run(ids[i], tokens[i], expiresAt);
+    const claim = db.prepare(SQLITE_STATEMENTS.claimNew);
+    const endLease = db.prepare(SQLITE_STATEMENTS.endLease);
+    const recordDone = db.prepare(SQLITE_STATEMENTS.recordDone);
+    const insertBatch = db.transaction((ids: string[], tokens: string[], now: number) => {
+      for (let i = 0; i < ids.length; i++) insert.run(ids[i], tokens[i], now + LEASE_MS);
+    });
+    const claimBatch = db.transaction((ids: string[], tokens: string[], now: number) => {
+      for (let i = 0; i < ids.length; i++) {
+        const id = ids[i] as string;
+        if (claim.run(id, tokens[i], now + LEASE_MS, id, now).changes !== 1) throw new Error('claim missed');
+      }
     });
     const completeBatch = db.transaction((ids: string[], tokens: string[], expiresAt: number) => {
       for (let i = 0; i < ids.length; i++) {
-        if (complete.run(expiresAt, ids[i], tokens[i]).changes !== 1) throw new Error('complete missed');
+        if (endLease.run(ids[i], tokens[i]).changes !== 1) throw new Error('complete missed');
+        recordDone.run(ids[i], tokens[i], expiresAt);
       }
     });
     const key = createSecretKey(Buffer.from(OUR_SECRET, 'utf8'));
@@ -267,8 +278,12 @@ export async function runFloorOnce(raws: readonly string[], options: { complete:
     let tokens: string[] = [];
     const flush = () => {
       const now = Date.now();
-      insertBatch.immediate(ids, tokens, now + LEASE_MS);
-      if (options.complete) completeBatch.immediate(ids, tokens, now + 7 * 24 * 3600_000);
+      if (options.complete) {
+        claimBatch.immediate(ids, tokens, now);
+        completeBatch.immediate(ids, tokens, now + 7 * 24 * 3600_000);
+      } else {
+        insertBatch.immediate(ids, tokens, now);
+      }
       ids = [];
       tokens = [];
     };

@@ -1,9 +1,9 @@
 /**
  * The floor of the sidecar bench, in its own process: the operations `run --forward` does for an
  * event, with nothing around them. For each envelope: JSON.parse, HMAC-SHA256 (KeyObject) +
- * timingSafeEqual, JSON.parse of the body, zod parse, SQLite claim (INSERT), POST of the body to
- * the app over a keep-alive undici Pool (body discarded), SQLite complete (UPDATE). The writes of
- * the events in flight are committed together (one transaction per turn of the event loop), as
+ * timingSafeEqual, JSON.parse of the body, zod parse, SQLite claim, POST of the body to the app
+ * over a keep-alive undici Pool (body discarded), SQLite complete (claim and complete are the
+ * store's own statements, SQLITE_STATEMENTS). The writes of the events in flight are committed together (one transaction per turn of the event loop), as
  * the SQLite store's group commit does, in a file the store created (same table, index, pragmas).
  *
  *   --mode file     reads `--file` (one envelope a line) with `--concurrency` events in flight;
@@ -18,7 +18,7 @@ import { parseArgs } from 'node:util';
 import { Pool } from 'undici';
 import { type EventType, eventSchemas } from '../src/core/events/schemas.js';
 import Database from '../src/core/sqlite-driver.js';
-import { createSqliteDedupe } from '../src/dedupe/sqlite.js';
+import { createSqliteDedupe, SQLITE_STATEMENTS } from '../src/dedupe/sqlite.js';
 import { OUR_SECRET } from './fixtures.js';
 
 const { values } = parseArgs({
@@ -43,10 +43,10 @@ db.pragma('journal_mode = WAL');
 db.pragma('synchronous = NORMAL');
 db.pragma('wal_autocheckpoint = 10000');
 db.pragma('cache_size = -32000');
-const insert = db.prepare('INSERT INTO dedupe (event_id, done, token, expires_at) VALUES (?, 0, ?, ?)');
-const update = db.prepare(
-  'UPDATE dedupe SET done = 1, expires_at = ? WHERE event_id = ? AND token = ? AND done = 0',
-);
+// The store's own statements, bare (src/dedupe/sqlite.ts).
+const claim = db.prepare(SQLITE_STATEMENTS.claimNew);
+const endLease = db.prepare(SQLITE_STATEMENTS.endLease);
+const recordDone = db.prepare(SQLITE_STATEMENTS.recordDone);
 
 /** Writes of one turn of the event loop, committed in one transaction. */
 interface Write {
@@ -60,9 +60,11 @@ const commit = db.transaction((batch: Write[]) => {
   const now = Date.now();
   for (const w of batch) {
     if (w.complete) {
-      if (update.run(now + 7 * 24 * 3600_000, w.id, w.token).changes !== 1)
-        throw new Error('complete missed');
-    } else insert.run(w.id, w.token, now + 60_000);
+      if (endLease.run(w.id, w.token).changes !== 1) throw new Error('complete missed');
+      recordDone.run(w.id, w.token, now + 7 * 24 * 3600_000);
+    } else if (claim.run(w.id, w.token, now + 60_000, w.id, now).changes !== 1) {
+      throw new Error('claim missed');
+    }
   }
 });
 function write(complete: boolean, id: string, token: string): Promise<void> {

@@ -4,6 +4,7 @@
  * across processes, purge, closing).
  */
 import { type ChildProcessWithoutNullStreams, spawn } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
 import { mkdirSync, mkdtempSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
@@ -354,7 +355,8 @@ describe('SqliteDedupeStore only', () => {
   /** WAL frames written since `before` (each commit appends at least one frame). */
   const walFrames = (db: Database.Database, before: number) => {
     const pageSize = db.pragma('page_size', { simple: true }) as number;
-    return (statSync(`${path}-wal`).size - before) / (24 + pageSize);
+    // Whole frames: a WAL that restarted also gains its 32-byte header.
+    return Math.floor((statSync(`${path}-wal`).size - before) / (24 + pageSize));
   };
 
   it('group-commits the operations queued in one tick: one transaction, not one per claim', async () => {
@@ -375,6 +377,37 @@ describe('SqliteDedupeStore only', () => {
       expect(batched).toBeGreaterThan(0);
       expect(batched).toBeLessThanOrEqual(4);
       expect(sequential).toBeGreaterThanOrEqual(50);
+    } finally {
+      reader.close();
+    }
+  });
+
+  it('first claims write only the small leases table: 64 of them, a handful of pages (not one or two each)', async () => {
+    const store = openTracked();
+    // Random ids (no common prefix: they must spread over the table as real event ids do).
+    const ids = (n: number) => Array.from({ length: n }, () => randomUUID());
+    // Days of done events: many leaf pages, so 64 random ids fall on about 64 different pages.
+    for (const batch of [ids(4000), ids(4000)]) {
+      const tokens = await Promise.all(batch.map(async (id) => token(await store.claim(id, LEASE))));
+      await Promise.all(batch.map((id, i) => store.complete(id, tokens[i] as string, RETENTION)));
+    }
+    // An empty WAL, so that its growth counts every frame written (it restarts after a checkpoint).
+    const checkpointer = new Database(path);
+    checkpointer.pragma('wal_checkpoint(TRUNCATE)');
+    checkpointer.close();
+    const reader = new Database(path, { readonly: true });
+    try {
+      const fresh = ids(64);
+      const before = statSync(`${path}-wal`).size;
+      const tokens = await Promise.all(fresh.map(async (id) => token(await store.claim(id, LEASE))));
+      const claimFrames = walFrames(reader, before);
+      const before2 = statSync(`${path}-wal`).size;
+      await Promise.all(fresh.map((id, i) => store.complete(id, tokens[i] as string, RETENTION)));
+      const completeFrames = walFrames(reader, before2);
+      // The done records are the writes to the large table (a leaf page, its splits, the index).
+      expect(claimFrames).toBeGreaterThan(0);
+      expect(claimFrames).toBeLessThanOrEqual(12);
+      expect(completeFrames).toBeGreaterThanOrEqual(64);
     } finally {
       reader.close();
     }
@@ -433,6 +466,67 @@ describe('SqliteDedupeStore only', () => {
     expect(taken).toMatchObject({ status: 'claimed', abandoned: 1 });
   });
 
+  /** Rows of each table, read from the file by a second connection. */
+  function rows(): { dedupe: number; leases: number } {
+    const db = new Database(path, { readonly: true });
+    try {
+      const count = (table: string) =>
+        (db.prepare(`SELECT count(*) AS n FROM ${table}`).get() as { n: number }).n;
+      return { dedupe: count('dedupe'), leases: count('leases') };
+    } finally {
+      db.close();
+    }
+  }
+
+  it('a lease lives in the small leases table; complete moves the event to dedupe, one row', async () => {
+    const store = openTracked();
+    const tk = token(await store.claim('evt-1', LEASE));
+    expect(rows()).toEqual({ dedupe: 0, leases: 1 });
+    expect(await store.complete('evt-1', tk, RETENTION)).toBe(true);
+    expect(rows()).toEqual({ dedupe: 1, leases: 0 });
+    const released = token(await store.claim('evt-2', LEASE));
+    token(await store.claim('evt-3', LEASE));
+    await store.release('evt-2', released);
+    expect(rows()).toEqual({ dedupe: 1, leases: 1 });
+  });
+
+  it('a file whose leases are in dedupe (done = 0) has them moved once, with tokens and counts', async () => {
+    mkdirSync(dirname(path), { recursive: true });
+    const old = new Database(path);
+    old.exec(`CREATE TABLE dedupe (event_id TEXT PRIMARY KEY, done INTEGER NOT NULL, token TEXT NOT NULL,
+      expires_at INTEGER NOT NULL, claims INTEGER NOT NULL DEFAULT 1) WITHOUT ROWID`);
+    const insert = old.prepare('INSERT INTO dedupe VALUES (?, ?, ?, ?, ?)');
+    insert.run('done-1', 1, 'td', T0 + RETENTION, 1);
+    insert.run('held-1', 0, 'th', T0 + LEASE, 1);
+    insert.run('abandoned-1', 0, 'ta', T0 - 1, 2);
+    old.close();
+
+    const store = openTracked();
+    expect(rows()).toEqual({ dedupe: 1, leases: 2 });
+    expect(await store.claim('done-1', LEASE)).toEqual({ status: 'duplicate' });
+    expect(await store.claim('held-1', LEASE)).toEqual({ status: 'in_progress', retryAfterMs: LEASE });
+    expect(await store.complete('held-1', 'th', RETENTION)).toBe(true); // its token still holds it
+    expect(await store.claim('abandoned-1', LEASE)).toMatchObject({ status: 'claimed', abandoned: 2 });
+    // Once: a reopen finds the file moved (user_version) and changes nothing.
+    await store.close();
+    openTracked();
+    expect(rows()).toEqual({ dedupe: 2, leases: 1 });
+  });
+
+  it('a lease an earlier version writes later (done = 0 in dedupe) holds its event until it expires', async () => {
+    const store = openTracked();
+    token(await store.claim('warm-up', LEASE));
+    const old = new Database(path);
+    old.prepare('INSERT INTO dedupe VALUES (?, 0, ?, ?, 1)').run('evt-old', 'told', T0 + LEASE);
+    old.close();
+    expect(await store.claim('evt-old', LEASE)).toEqual({ status: 'in_progress', retryAfterMs: LEASE });
+    expect(await store.peek('evt-old')).toBe('in_progress');
+    t += LEASE;
+    const tk = token(await store.claim('evt-old', LEASE));
+    expect(await store.complete('evt-old', tk, RETENTION)).toBe(true);
+    expect(await store.claim('evt-old', LEASE)).toEqual({ status: 'duplicate' });
+  });
+
   it('two stores on one file in one process: one claim wins, tokens are distinct', async () => {
     const a = openTracked();
     const b = openTracked();
@@ -452,7 +546,8 @@ describe('SqliteDedupeStore only', () => {
     const count = () => {
       const db = new Database(path, { readonly: true });
       try {
-        return (db.prepare('SELECT count(*) AS n FROM dedupe').get() as { n: number }).n;
+        const rows = 'SELECT (SELECT count(*) FROM dedupe) + (SELECT count(*) FROM leases) AS n';
+        return (db.prepare(rows).get() as { n: number }).n;
       } finally {
         db.close();
       }
