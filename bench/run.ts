@@ -157,10 +157,10 @@ if (runPipeline) {
     '    floor    = bare loop: JSON.parse, HMAC (KeyObject) + timingSafeEqual, JSON.parse, zod parse, INSERT ×100/tx',
   );
   console.log(
-    "               (into a file the SQLite dedupe store created: same table, index, page size, WAL; store's pragmas)",
+    "               (into a file the SQLite dedupe store created: same tables, index, page size, WAL; store's pragmas)",
   );
   console.log(
-    '    floor+c  = floor plus the UPDATE the pipeline makes on completion (claim + complete = 2 writes/event)',
+    "    floor+c  = floor with the store's own claim and complete statements instead of the INSERT (SQLITE_STATEMENTS)",
   );
   const childPath = fileURLToPath(new URL('./pipeline-child.ts', import.meta.url));
   for (const size of SIZES) {
