@@ -10,8 +10,17 @@ import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parse, parseAllDocuments, stringify } from 'yaml';
+import type { SettledReport } from '../src/consumer/consumer.js';
 import { createTestEnvelope, forgedEnvelope } from '../src/consumer/testing.js';
-import { ERROR_CODES } from '../src/core/errors.js';
+import {
+  DeadLetterError,
+  ERROR_CODES,
+  ForwardError,
+  RetryLaterError,
+  VERIFICATION_CODES,
+  VerificationError,
+} from '../src/core/errors.js';
+import { type AbortCause, DEFAULT_RETRY_POLICY, decide, type Facts } from '../src/core/outcome.js';
 import { createSqliteDedupe } from '../src/dedupe/sqlite.js';
 import { ConsumerMetrics } from '../src/sidecar/metrics.js';
 import { postEnvelope, startApp, startRun } from './support/cli.js';
@@ -65,6 +74,29 @@ function dashboardQueries(): { panel: string; expr: string }[] {
       expr: t.expr.replaceAll('$__rate_interval', '5m').replaceAll(/\$(job|instance)\b/g, '.*'),
     })),
   );
+}
+
+/** A series as `name{a="1",b="2"}` with its labels sorted (job and instance left out), to compare fixtures with /metrics. */
+function seriesKey(name: string, labels: string): string {
+  const pairs = [...labels.matchAll(/(\w+)="([^"]*)"/g)]
+    .filter((m) => m[1] !== 'job' && m[1] !== 'instance')
+    .map((m) => `${m[1]}="${m[2]}"`)
+    .sort();
+  return `${name}{${pairs.join(',')}}`;
+}
+
+/** The scrapes at which a promtool input series has a sample: '0x4 1+1x3', '_', '_x3', 'stale'. */
+function sampled(values: string): boolean[] {
+  return values
+    .trim()
+    .split(/\s+/)
+    .flatMap((token) => {
+      const blanks = /^_(?:x(\d+))?$/.exec(token);
+      if (blanks) return new Array<boolean>(Number(blanks[1] ?? 1)).fill(false);
+      if (token === 'stale') return [false];
+      const times = /x(\d+)$/.exec(token); // 'axn' and 'a+bxn' are n + 1 samples
+      return new Array<boolean>(times ? Number(times[1]) + 1 : 1).fill(true);
+    });
 }
 
 /** The metric names a PromQL expression reads, histogram series (_bucket, _sum, _count) as their family. */
@@ -164,22 +196,51 @@ describe('alert rules and dashboard', () => {
     }
   });
 
-  it('test the alerts on series shaped like /metrics: its names, error codes and histogram buckets', async () => {
+  it('test the alerts on series shaped like /metrics: its names, codes, buckets and series at 0 from the start', async () => {
     const registry = new ConsumerMetrics().registry;
     const families = new Set(registry.getMetricsAsArray().map((m) => m.name));
     const ageBuckets = (await registry.getSingleMetric('partner_events_event_age_seconds')?.get())?.values
       .filter((v) => v.labels.le !== undefined) // the _bucket values (not _sum, _count)
       .map((v) => String(v.labels.le));
     expect(ageBuckets?.length).toBeGreaterThan(5);
+    // What a worker exposes before its first delivery: every series there at 0, and the label
+    // values (codes, outcomes) a labelled family has them for.
+    const atStart = new Set(
+      [...(await registry.metrics()).matchAll(/^(\w+)(?:\{(.*)\})? 0$/gm)].map((m) =>
+        seriesKey(m[1] ?? '', m[2] ?? ''),
+      ),
+    );
+    const labelledAtStart = new Set(
+      [...atStart].filter((k) => !k.endsWith('{}')).map((k) => k.replace(/\{.*/, '')),
+    );
+    expect(atStart).toContain('partner_events_dead_lettered_total{code="HANDLER_FAILED"}');
     for (const test of alertTests.tests) {
       const bucketsUsed: string[] = [];
-      for (const { series } of test.input_series) {
+      /** A worker's first scrape: its received_total's first sample, else the test's start. */
+      const firstScrape = new Map<string, number>();
+      for (const { series, values } of test.input_series) {
+        const [, name = '', labels = ''] = /^(\w+)\{(.*)\}$/.exec(series) ?? [];
+        if (name === 'partner_events_received_total') {
+          firstScrape.set(/\binstance="([^"]+)"/.exec(labels)?.[1] ?? '', sampled(values).indexOf(true));
+        }
+      }
+      for (const { series, values } of test.input_series) {
         const [, name = '', labels = ''] = /^(\w+)\{(.*)\}$/.exec(series) ?? [];
         expect(families, `${test.name}: ${series}`).toContain(name.replace(/_(bucket|sum|count)$/, ''));
         const code = /\bcode="([^"]+)"/.exec(labels)?.[1];
         if (code !== undefined) expect(ERROR_CODES, series).toContain(code);
         const le = /\ble="([^"]+)"/.exec(labels)?.[1];
         if (name === 'partner_events_event_age_seconds_bucket' && le !== undefined) bucketsUsed.push(le);
+        const key = seriesKey(name, labels);
+        // A labelled family's series at the start are the only label values it can have.
+        if (labelledAtStart.has(name)) expect(atStart, `${test.name}: ${series} can occur`).toContain(key);
+        if (atStart.has(key)) {
+          const instance = /\binstance="([^"]+)"/.exec(labels)?.[1] ?? '';
+          expect(
+            sampled(values).indexOf(true),
+            `${test.name}: ${series} is at 0 from its worker's first scrape, not missing until it counts`,
+          ).toBe(firstScrape.get(instance) ?? 0);
+        }
       }
       if (bucketsUsed.length > 0) {
         // One histogram per instance, each with exactly the buckets the live metric has.
@@ -216,6 +277,17 @@ describe('metrics', () => {
       { env: { PARTNER_EVENTS_DEAD_LETTER: join(dir.path, 'dead.jsonl') } },
     );
     try {
+      // Before any traffic, each code's series is there at 0, so the first increment is seen.
+      const fresh = await (await fetch(`${run.ops}/metrics`)).text();
+      for (const series of [
+        'partner_events_dead_lettered_total{code="MALFORMED_ENVELOPE"}',
+        'partner_events_dead_lettered_total{code="HANDLER_FAILED"}',
+        'partner_events_rejected_total{code="SIGNATURE_MISMATCH"}',
+        'partner_events_retried_total{code="SIGNATURE_MISMATCH"}',
+        'partner_events_processing_seconds_count{outcome="dead"}',
+      ]) {
+        expect(fresh.split('\n'), series).toContain(`${series} 0`);
+      }
       // Some traffic, so that labelled series have samples too.
       expect(
         (await postEnvelope(run.ingress, createTestEnvelope('daily.data.steps.created').raw)).status,
@@ -242,6 +314,8 @@ describe('metrics', () => {
       }
       expect(scrape).toMatch(/^partner_events_dedupe_available 1$/m);
       expect(scrape).toMatch(/^partner_events_abandoned_claims_total 0$/m);
+      expect(scrape).toMatch(/^partner_events_dead_lettered_total\{code="MALFORMED_ENVELOPE"\} 1$/m);
+      expect(scrape).toMatch(/^partner_events_dead_lettered_total\{code="HANDLER_FAILED"\} 0$/m);
     } finally {
       await run.stop();
       await app.close();
@@ -257,6 +331,67 @@ describe('metrics', () => {
       if (type === 'counter') expect(name).toMatch(/_total$/);
       else expect(name).not.toMatch(/_total$/);
       if (type === 'histogram') expect(name).toMatch(/_seconds$/);
+    }
+  });
+
+  it('start a series at 0 for exactly the codes a delivery can be rejected, retried and dead-lettered with', async () => {
+    // Every decision of decide(), at the first and the last attempt, reported as the consumer does.
+    const policy = {
+      retry: DEFAULT_RETRY_POLICY,
+      leaseMs: 30_000,
+      handlerTimeoutMs: 30_000,
+      unknownEventTypes: 'dead-letter',
+    } as const;
+    const causes: AbortCause[] = ['shutdown', 'handler-timeout', 'lease-lost', 'visibility-lost'];
+    const unverified: Facts[] = [
+      ...VERIFICATION_CODES.map((code) => ({ kind: 'rejected', code, reason: 'bad' }) as const),
+      ...VERIFICATION_CODES.map(
+        (code) => ({ kind: 'unverified', error: new VerificationError(code, 'bad') }) as const,
+      ),
+      { kind: 'unverified', error: new Error('a bug') },
+    ];
+    const verified: Facts[] = [
+      { kind: 'unrouted', eventType: 'no.such.type', known: false },
+      { kind: 'in-progress', retryAfterMs: 100 },
+      { kind: 'store-unavailable', error: new Error('down') },
+      { kind: 'abandoned', times: 3 },
+      { kind: 'schema-invalid', reason: 'bad' },
+      ...[
+        new Error('failed'),
+        new RetryLaterError(),
+        new DeadLetterError('no'),
+        new ForwardError('FORWARD_REDIRECTED', '3xx'),
+      ].map((error) => ({ kind: 'handler-threw', error }) as const),
+      ...causes.map((cause) => ({ kind: 'handler-aborted', cause }) as const),
+      { kind: 'not-handled' },
+    ];
+    const observed = new ConsumerMetrics();
+    const report = (facts: Facts, attempt: number, keyId: string | undefined) => {
+      const { outcome } = decide(facts, attempt, policy);
+      observed.observe({ outcome, keyId, attempt, durationMs: 1 } as SettledReport);
+      // Its dead-letter record not written: retried with the same code.
+      if (outcome.kind === 'dead') report({ kind: 'dead-letter-failed', dead: outcome }, attempt, keyId);
+    };
+    for (const attempt of [1, policy.retry.maxAttempts]) {
+      for (const facts of unverified) report(facts, attempt, undefined);
+      for (const facts of verified) report(facts, attempt, 'current');
+    }
+    /** The codes of a counter's series, with the values they have. */
+    const codes = async (metrics: ConsumerMetrics, name: string) =>
+      ((await metrics.registry.getSingleMetric(`partner_events_${name}`)?.get())?.values ?? []).map((v) => ({
+        code: String(v.labels.code),
+        value: v.value,
+      }));
+    const fresh = new ConsumerMetrics();
+    for (const name of ['rejected_total', 'retried_total', 'dead_lettered_total']) {
+      const atStart = await codes(fresh, name);
+      expect(
+        atStart.every((s) => s.value === 0),
+        name,
+      ).toBe(true);
+      const counted = (await codes(observed, name)).filter((s) => s.value > 0).map((s) => s.code);
+      expect(counted.length, name).toBeGreaterThan(5);
+      expect(new Set(atStart.map((s) => s.code)), name).toEqual(new Set(counted));
     }
   });
 

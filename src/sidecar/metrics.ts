@@ -1,5 +1,6 @@
 import { Counter, Gauge, Histogram, Registry } from 'prom-client';
 import type { SettledReport } from '../consumer/consumer.js';
+import { ERROR_CODES, type ErrorCode, VERIFICATION_CODES } from '../core/errors.js';
 import type { RawMessage } from '../core/source-adapter.js';
 import type { DedupeStore } from '../dedupe/types.js';
 
@@ -11,6 +12,23 @@ export interface ConsumerMetricsOptions {
   /** Whether the dedupe store answers (the consumer's `status.dedupeAvailable`). */
   readonly dedupeAvailable?: () => boolean;
 }
+
+/** Codes of a message that is itself bad: it failed verification, or its body is invalid. */
+const REJECTION_CODES: ReadonlySet<ErrorCode> = new Set<ErrorCode>([
+  ...VERIFICATION_CODES,
+  'SCHEMA_INVALID',
+  'UNKNOWN_EVENT_TYPE',
+]);
+/** Raised at start-up or by an adapter's own calls: never the outcome of a delivery. */
+const NEVER_AN_OUTCOME: ReadonlySet<ErrorCode> = new Set<ErrorCode>([
+  'CONFIG_INVALID',
+  'SECRET_INVALID',
+  'ADAPTER_ERROR',
+]);
+/** Codes a delivery is retried with: any outcome's (a dead one too, when its record cannot be written). */
+const RETRY_CODES = ERROR_CODES.filter((code) => !NEVER_AN_OUTCOME.has(code));
+/** Codes a delivery is dead-lettered with: not IN_PROGRESS and SHUTDOWN, which are only ever retried. */
+const DEAD_LETTER_CODES = RETRY_CODES.filter((code) => code !== 'IN_PROGRESS' && code !== 'SHUTDOWN');
 
 /**
  * Prometheus metrics of a consumer, fed by its `onSettled` reports. Label values are bounded:
@@ -85,6 +103,20 @@ export class ConsumerMetrics {
       [-60, -5, 0, 1, 5, 15, 60, 120, 240, 300, 900, 3600, 21_600, 86_400],
     );
     registerStateGauges(registers, options);
+    this.#startAtZero();
+  }
+
+  /**
+   * Every series whose label values are a fixed set, at 0 from the start. A series that first
+   * appears at 1 hides that increment from rate() and increase(), which need two samples: the
+   * dashboard then showed nothing for a code's first dead letter, and the alerts missed it.
+   */
+  #startAtZero(): void {
+    for (const code of REJECTION_CODES) this.#rejected.inc({ code }, 0);
+    for (const code of RETRY_CODES) this.#retried.inc({ code }, 0);
+    for (const code of DEAD_LETTER_CODES) this.#dead.inc({ code }, 0);
+    for (const outcome of ['ack', 'retry', 'dead']) this.#latency.zero({ outcome });
+    for (const outcome of ['ok', 'failed']) this.#handlerLatency.zero({ outcome });
   }
 
   /**
@@ -131,15 +163,9 @@ export class ConsumerMetrics {
       else this.#ignored.inc();
       return;
     }
-    // Rejected: the message itself is bad (it failed verification, or its body is invalid);
-    // not when verification itself broke (INTERNAL_ERROR, a bug in the kit).
-    if (
-      (report.keyId === undefined && outcome.code !== 'INTERNAL_ERROR') ||
-      outcome.code === 'SCHEMA_INVALID' ||
-      outcome.code === 'UNKNOWN_EVENT_TYPE'
-    ) {
-      this.#rejected.inc({ code: outcome.code });
-    }
+    // Rejected: the message itself is bad; not when verification itself broke (INTERNAL_ERROR,
+    // a bug in the kit).
+    if (REJECTION_CODES.has(outcome.code)) this.#rejected.inc({ code: outcome.code });
     if (outcome.kind === 'retry') this.#retried.inc({ code: outcome.code });
     else this.#dead.inc({ code: outcome.code });
   }
