@@ -8,7 +8,7 @@ import { createConsumer } from '../src/consumer/consumer.js';
 import { createTestEnvelope, TEST_SIGNING_SECRET } from '../src/consumer/testing.js';
 import { DedupeUnavailableError } from '../src/core/errors.js';
 import { silentLogger } from '../src/core/logger.js';
-import { createRedisDedupe } from '../src/dedupe/redis.js';
+import { createRedisDedupe, FAIL_FAST_OPTIONS } from '../src/dedupe/redis.js';
 import { HAS_REDIS, RedisServer } from './support/redis-server.js';
 
 const WORKER = fileURLToPath(new URL('./support/redis-consumer.ts', import.meta.url));
@@ -94,6 +94,35 @@ describe.skipIf(!HAS_REDIS)('Redis dedupe with a real redis-server', () => {
     await pairs(300);
     expect(await stats()).toEqual({ evalsha: 200, eval: 0 });
     await store.close();
+  });
+
+  it('the script calls of one turn go to Redis as one pipeline, in call order', async () => {
+    const client = new Redis(server.url, FAIL_FAST_OPTIONS);
+    const store = createRedisDedupe({ client, prefix: 'batched', logger: silentLogger() });
+    await store.peek('warm-up');
+    const pipeline = client.pipeline.bind(client);
+    const sizes: number[] = [];
+    client.pipeline = ((...args: Parameters<typeof client.pipeline>) => {
+      const p = pipeline(...args);
+      const exec = p.exec.bind(p);
+      p.exec = ((...execArgs: Parameters<typeof p.exec>) => {
+        sizes.push(p.length);
+        return exec(...execArgs);
+      }) as typeof p.exec;
+      return p;
+    }) as typeof client.pipeline;
+    const claims = await Promise.all(Array.from({ length: 64 }, (_, i) => store.claim(`evt-b-${i}`, 60_000)));
+    // The same id twice in one turn: the first claim wins (call order), the second waits.
+    const [first, second] = await Promise.all([
+      store.claim('evt-b-x', 60_000),
+      store.claim('evt-b-x', 60_000),
+    ]);
+    expect(sizes).toEqual([64, 2]);
+    expect(claims.every((c) => c.status === 'claimed')).toBe(true);
+    expect(first?.status).toBe('claimed');
+    expect(second?.status).toBe('in_progress');
+    await store.close();
+    client.disconnect();
   });
 
   it('warns at start-up when maxmemory-policy could evict dedupe keys, and not when it is noeviction', async () => {

@@ -4,6 +4,7 @@ import type { Logger } from 'pino';
 import { backoff } from '../core/backoff.js';
 import { ConfigError, DedupeUnavailableError, errorMessage } from '../core/errors.js';
 import { createLogger } from '../core/logger.js';
+import { type LuaScript, ScriptBatcher } from './redis-batch.js';
 import {
   ClusterHealth,
   clusterOptions,
@@ -83,14 +84,6 @@ local v = redis.call('GET', KEYS[1])
 if v and string.sub(v, 1, 2) == 'd:' then return redis.call('DEL', KEYS[1]) end
 return 0`;
 
-/** A Lua script, sent by SHA; `keys` is how many of its arguments are keys. */
-interface LuaScript {
-  readonly name: string;
-  readonly keys: number;
-  readonly lua: string;
-  readonly sha: string;
-}
-
 function script(name: string, keys: number, lua: string): LuaScript {
   return { name, keys, lua, sha: createHash('sha1').update(lua).digest('hex') };
 }
@@ -121,7 +114,7 @@ export const FAIL_FAST_OPTIONS = {
  * `SET NX PX`, or acts only for the owner token (extend, complete, release). Fails closed: while
  * Redis (or, on a cluster, the master of the event's slot) is unreachable every call rejects with
  * `DedupeUnavailableError`, so nothing is acked; `available` turns false and the outage is logged
- * once. Concurrent calls are pipelined.
+ * once. Concurrent calls are pipelined (on one Redis, a turn's calls as one pipeline: ScriptBatcher).
  */
 export class RedisDedupeStore implements DedupeStore {
   readonly persistence = { kind: 'server' } as const;
@@ -132,6 +125,8 @@ export class RedisDedupeStore implements DedupeStore {
   /** On a cluster both keys of an event carry `{<event id>}`: one slot, so one script can touch both. */
   readonly #hashTag: boolean;
   readonly #health: ClusterHealth | undefined;
+  /** One Redis: the script calls of a turn go as one pipeline (a cluster auto-pipelines by node). */
+  readonly #batcher: ScriptBatcher | undefined;
   readonly #logger: Logger;
   readonly #tokenPrefix = `${randomBytes(6).toString('hex')}.`;
   #tokenSeq = 0;
@@ -166,6 +161,8 @@ export class RedisDedupeStore implements DedupeStore {
     };
     redis.on('error', (error: Error) => this.#down(error));
     redis.on('close', () => this.#down(new Error('connection closed')));
+    this.#batcher =
+      redis instanceof Cluster ? undefined : new ScriptBatcher(redis, (c) => this.#unavailable(c));
     if (redis instanceof Cluster) {
       const health = new ClusterHealth(redis, (down) => (down ? this.#down(down) : up()));
       this.#health = health;
@@ -250,11 +247,12 @@ export class RedisDedupeStore implements DedupeStore {
   }
 
   /**
-   * One round trip: EVALSHA. A server that has not seen the script (started, restarted or failed
-   * over since, or SCRIPT FLUSH) answers NOSCRIPT; then EVAL sends it whole, which also loads it
-   * there for the next EVALSHA.
+   * One round trip: EVALSHA (on one Redis, in the turn's pipeline: ScriptBatcher). A server that
+   * has not seen the script (started, restarted or failed over since, or SCRIPT FLUSH) answers
+   * NOSCRIPT; then EVAL sends it whole, which also loads it there for the next EVALSHA.
    */
   async #run(lua: LuaScript, keysAndArgs: (string | number)[]): Promise<unknown> {
+    if (this.#batcher) return this.#batcher.run(lua, keysAndArgs);
     try {
       return await this.#redis.evalsha(lua.sha, lua.keys, ...keysAndArgs);
     } catch (cause) {
