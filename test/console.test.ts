@@ -22,6 +22,8 @@ const SCREENSHOTS = process.env.UPDATE_SCREENSHOTS
 const TOKEN = 'console-test-token';
 const NEW_SECRET = 'the-secret-of-the-next-rotation-0123456789';
 const XSS_ID = '<img src=x onerror="window.__xss=1">';
+// The worker's app wants an internal token: in its config file, which a console replay reads too.
+const APP_TOKEN = 'Bearer console-app-token-7d2e';
 
 const haveChromium = existsSync(CHROMIUM);
 if (!haveChromium && process.env.CI) throw new Error(`${CHROMIUM} is missing: .ci/run installs chromium`);
@@ -75,12 +77,14 @@ describe.skipIf(!haveChromium)('the console, in a browser', () => {
     );
     writeFileSync(deadLetters, lines.map((l) => `${l}\n`).join(''), { mode: 0o600 });
     app = await startApp();
+    const config = join(dir.path, 'worker.yaml');
+    writeFileSync(config, `forward:\n  url: ${app.url}\n  headers:\n    Authorization: ${APP_TOKEN}\n`);
     worker = await startRun(
       [
+        '--config',
+        config,
         '--source',
         'http://127.0.0.1:0/events',
-        '--forward',
-        app.url,
         '--dedupe',
         `sqlite:${join(dir.path, 'dedupe.db')}`,
         '--dead-letter',
@@ -213,6 +217,11 @@ describe.skipIf(!haveChromium)('the console, in a browser', () => {
 
   it('dry-runs a selection, then replays it: the app gets exactly the selected events, once', async () => {
     const before = app.received.length;
+    // What the page reads of its replay jobs (the job view), to check it never shows the token.
+    const jobViews: Promise<string>[] = [];
+    page.on('response', (response) => {
+      if (response.url().includes('/console/api/replays')) jobViews.push(response.text().catch(() => ''));
+    });
     await page.fill('#token', TOKEN);
     await page.fill('#filter input[name=code]', 'HANDLER_FAILED');
     await page.click('#filter button[type=submit]');
@@ -231,12 +240,51 @@ describe.skipIf(!haveChromium)('the console, in a browser', () => {
     await expect
       .poll(() => page.locator('#replay-status').textContent(), { timeout: 30_000 })
       .toContain('Replay done');
-    const ids = app.received
-      .slice(before)
-      .map((r) => decodeURIComponent(String(r.headers['partner-event-id'])));
+    const replayed = app.received.slice(before);
+    const ids = replayed.map((r) => decodeURIComponent(String(r.headers['partner-event-id'])));
     expect(ids.sort()).toEqual([replayable[0], replayable[2]].sort());
+    // The worker's forward headers went with the replay, and the page never shows them.
+    expect(replayed.map((r) => r.headers.authorization)).toEqual([APP_TOKEN, APP_TOKEN]);
+    expect(await page.content()).not.toContain('console-app-token');
+    const views = await Promise.all(jobViews);
+    expect(views.join('\n')).toContain('"records"');
+    expect(views.join('\n')).not.toContain('console-app-token');
     // Two `partner-events replay` children, each loading the CLI: seconds each on a busy machine.
   }, 120_000);
+});
+
+describe('console replay and forward headers', () => {
+  it('refuses to replay for a worker whose forward headers come from the environment, and says why', async () => {
+    const dir = tempDir('phe-console-env-');
+    const app = await startApp();
+    const worker = await startRun(
+      [
+        '--source',
+        'http://127.0.0.1:0/events',
+        '--forward',
+        app.url,
+        '--dedupe',
+        `sqlite:${join(dir.path, 'dedupe.db')}`,
+        '--dead-letter',
+        join(dir.path, 'dead-letters.jsonl'),
+        '--ops-port',
+        '0',
+      ],
+      { env: { PARTNER_EVENTS_FORWARD_HEADERS: JSON.stringify({ authorization: APP_TOKEN }) } },
+    );
+    try {
+      const live = (await (await fetch(`${worker.ops}/console/api/live`)).json()) as {
+        replay: { unavailable?: string };
+      };
+      expect(live.replay.unavailable).toContain('PARTNER_EVENTS_FORWARD_HEADERS');
+      expect(live.replay.unavailable).toContain('--config');
+      expect(JSON.stringify(live)).not.toContain('console-app-token');
+    } finally {
+      await worker.stop();
+      await app.close();
+      dir.cleanup();
+    }
+  }, 60_000);
 });
 
 describe('demo --console', () => {

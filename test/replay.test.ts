@@ -2,12 +2,13 @@
  * `partner-events replay`'s ops features, run as a child process: filters, --force, --rate, the
  * report by code, and --to (re-injecting the original envelopes into real local queues).
  */
+import { existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { ReceiveMessageCommand } from '@aws-sdk/client-sqs';
 import { QueueClient } from '@azure/storage-queue';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { envelopeText } from '../adapters/event-hubs/body.js';
-import { createTestEnvelope, forgedEnvelope } from '../src/consumer/testing.js';
+import { createTestEnvelope, forgedEnvelope, TEST_SIGNING_SECRET } from '../src/consumer/testing.js';
 import { createSqliteDedupe } from '../src/dedupe/sqlite.js';
 import { Azurite } from './support/azurite.js';
 import { runCli, runReplay, startApp } from './support/cli.js';
@@ -91,6 +92,98 @@ describe('replay filters', () => {
     expect(badRate.stderr).toContain('--rate must be a rate');
     const both = await runCli(['replay', file, '--forward', 'http://127.0.0.1:9/', '--to', 'file:x']);
     expect(both.code).toBe(2);
+  });
+});
+
+describe('replay --config (the worker config file)', () => {
+  const TOKEN = 'Bearer worker-internal-token-5f1c9a';
+  /** A worker's config file: its app, an internal token, its dedupe store and secrets file. */
+  const workerConfig = (appUrl: string) => {
+    const secretsFile = join(dir.path, 'secrets.json');
+    writeFileSync(secretsFile, JSON.stringify({ keys: [{ id: 'current', secret: TEST_SIGNING_SECRET }] }), {
+      mode: 0o600,
+    });
+    const path = join(dir.path, 'worker.yaml');
+    writeFileSync(
+      path,
+      [
+        'source: http://127.0.0.1:0/events',
+        'forward:',
+        `  url: ${appUrl}`,
+        '  timeoutMs: 5000',
+        '  headers:',
+        `    Authorization: ${TOKEN}`,
+        '    X-Internal-Caller: partner-events',
+        `dedupe: sqlite:${join(dir.path, 'worker-dedupe.db')}`,
+        `secretsFile: ${secretsFile}`,
+      ].join('\n'),
+    );
+    return path;
+  };
+  // Not the worker's secret: the events verify only with the config file's secrets file.
+  const env = {
+    PARTNER_EVENTS_SIGNING_SECRET: 'not-the-secret-of-this-worker-0123456789',
+    LOG_LEVEL: 'debug',
+  };
+
+  it("sends the worker's forward headers to its app, and their values appear in no output, log or file", async () => {
+    const ok = createTestEnvelope('daily.data.steps.created');
+    const refused = createTestEnvelope('daily.data.weight.created');
+    const file = writeJsonl(dir.path, 'dead.jsonl', [deadRecord(ok.raw), deadRecord(refused.raw)]);
+    const app = await startApp((req) => (req.headers['partner-event-id'] === refused.eventId ? 500 : 204));
+    try {
+      const config = workerConfig(app.url);
+      const args = ['replay', file, '--config', config, '--attempts', '1'];
+      const result = await runCli([...args, '--json'], { env });
+      expect(result.code, result.stderr).toBe(1);
+      expect(app.received).toHaveLength(2);
+      for (const request of app.received) {
+        expect(request.headers.authorization).toBe(TOKEN);
+        expect(request.headers['x-internal-caller']).toBe('partner-events');
+      }
+      expect(jsonLines(result.stdout).at(-1)).toMatchObject({ forwarded: 1, failed: 1 });
+      // The file's dedupe store is the one used: `ok` is done there.
+      const store = createSqliteDedupe({ path: join(dir.path, 'worker-dedupe.db') });
+      expect(await store.peek(ok.eventId)).toBe('done');
+      await store.close();
+      const dryRun = await runCli(['replay', file, '--config', config, '--dry-run'], { env });
+      const text = await runCli(args, { env });
+      const written = readdirSync(dir.path)
+        .filter((name) => name.endsWith('.jsonl'))
+        .map((name) => readFileSync(join(dir.path, name), 'utf8'));
+      expect(written.some((content) => content.includes('"exit_code"'))).toBe(true); // the audit log
+      for (const output of [result, dryRun, text].flatMap((r) => [r.stdout, r.stderr]).concat(written)) {
+        expect(output).not.toContain('worker-internal-token');
+      }
+    } finally {
+      await app.close();
+    }
+  });
+
+  it('flags win over the file; the file still gives the headers', async () => {
+    const event = createTestEnvelope('daily.data.steps.created');
+    const file = writeJsonl(dir.path, 'dead.jsonl', [deadRecord(event.raw)]);
+    const workerApp = await startApp();
+    const otherApp = await startApp();
+    try {
+      const config = workerConfig(workerApp.url);
+      const result = await runCli(
+        ['replay', file, '--config', config, '--forward', otherApp.url, '--dedupe', 'memory', '--json'],
+        { env },
+      );
+      expect(result.code, result.stderr).toBe(0);
+      expect(workerApp.received).toHaveLength(0);
+      expect(otherApp.received.map((r) => r.headers.authorization)).toEqual([TOKEN]);
+      expect(existsSync(join(dir.path, 'worker-dedupe.db'))).toBe(false); // --dedupe memory won
+      // A bad file is named, and nothing is sent.
+      writeFileSync(config, 'forward:\n  url: ftp://example\n');
+      const bad = await runCli(['replay', file, '--config', config, '--dry-run'], { env });
+      expect(bad.code).toBe(2);
+      expect(bad.stderr).toContain('forward.url');
+    } finally {
+      await workerApp.close();
+      await otherApp.close();
+    }
   });
 });
 

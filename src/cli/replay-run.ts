@@ -40,6 +40,8 @@ export interface ReplayRunOptions {
   readonly filter: ReplayFilter;
   /** POST each event's signed body here; or give `target`. */
   readonly forward?: string | undefined;
+  /** Extra request headers with each forward (the worker's `forward.headers`, e.g. an internal token). */
+  readonly forwardHeaders?: Readonly<Record<string, string>> | undefined;
   /** Put each original envelope on this queue (closed by the run); or give `forward`. */
   readonly target?: Target | undefined;
   readonly keyring: Keyring;
@@ -152,7 +154,12 @@ function replayConsumer(
   });
   const forwarder = target
     ? undefined
-    : createForwarder({ url: options.forward as string, timeoutMs, connections: concurrency });
+    : createForwarder({
+        url: options.forward as string,
+        timeoutMs,
+        connections: concurrency,
+        ...(options.forwardHeaders ? { headers: options.forwardHeaders } : {}),
+      });
   const handler = forwarder ?? injector(target as Target, source);
   consumer.on('*', handler).onUnknown(handler);
   const close = async () => {

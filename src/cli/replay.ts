@@ -25,6 +25,7 @@ import {
 import { parseFilter, parseTimeMs } from './filters.js';
 import { parseRate } from './rate.js';
 import { appendReplayAudit, filtersOf, REPLAY_LOG_NAME, replayLogPath } from './replay-audit.js';
+import { workerSettings } from './replay-config.js';
 import { type DryRunOptions, dryRun } from './replay-dry-run.js';
 import type { ReplayEventRow } from './replay-report.js';
 import { openReplayReader, REPLAY_FORMS, runReplay } from './replay-run.js';
@@ -47,6 +48,9 @@ SOURCE: ${REPLAY_FORMS}
   --forward URL        POST target (2xx = success)
   --to TARGET          re-inject the original envelopes, byte for byte, into a queue the worker
                        consumes: ${TARGET_FORMS}
+  --config FILE        the worker's config file (as for run): the forward URL, timeout and extra
+                       headers (e.g. an internal token, never given on the command line), the
+                       dedupe store and the secrets file; the flags here win over it
   --dedupe SPEC        sqlite:PATH (default ${DEFAULT_DEDUPE}), redis://…, redis-cluster://… or memory; use the worker's store
   --force              also re-drive events the dedupe store marks as done (logged loudly)
   --dry-run            verify and look up each event, change nothing, send nothing
@@ -99,7 +103,11 @@ export async function replayCommand(args: string[]): Promise<number> {
       ? await openTarget(options.to, { concurrency: options.concurrency })
       : undefined;
   const reader = await openReplayReader(options.source, readerContext(options, logger));
-  const dedupe = await openDedupe(options.dedupe, { readOnly: options.dryRun, logger });
+  const dedupe = await openDedupe(options.dedupe, {
+    readOnly: options.dryRun,
+    logger,
+    ...options.dedupeKeys,
+  });
   if (options.force) {
     process.stderr.write(
       options.to
@@ -124,8 +132,9 @@ export async function replayCommand(args: string[]): Promise<number> {
 const REPLAY_OPTIONS = {
   forward: { type: 'string' },
   to: { type: 'string' },
+  config: { type: 'string' },
   force: { type: 'boolean', default: false },
-  dedupe: { type: 'string', default: DEFAULT_DEDUPE },
+  dedupe: { type: 'string' },
   json: { type: 'boolean', default: false },
   'dry-run': { type: 'boolean', default: false },
   'check-age': { type: 'boolean', default: false },
@@ -154,8 +163,12 @@ interface ReplayArgs extends DryRunOptions {
   /** SOURCE as a spec the registry reads (`file:PATH` for a bare path). */
   readonly source: string;
   readonly dryRun: boolean;
-  /** The `--dedupe` spec. */
+  /** The `--dedupe` spec (or the worker's, from `--config`). */
   readonly dedupe: string;
+  /** The worker's dedupe keys and retention, when its config file sets them. */
+  readonly dedupeKeys: { tenant?: string; retentionMs?: number };
+  /** Extra request headers to the app, from the worker's config file only (never argv). */
+  readonly forwardHeaders: Readonly<Record<string, string>>;
   /** `--dead-letter`; default beside FILE, or in the current folder. */
   readonly deadLetter: string | undefined;
   readonly attempts: number;
@@ -178,20 +191,20 @@ function replayArgs(values: ReplayValues, positionals: readonly string[]): Repla
   if (!given || positionals.length > 1) throw new UsageError('replay needs exactly one SOURCE');
   const source = replaySpec(given);
   if (source.startsWith(FILE_PREFIX)) checkReplayFile(source.slice(FILE_PREFIX.length));
-  checkDestination(values);
+  const worker = fromWorkerConfig(values);
+  checkDestination({ ...values, forward: worker.forward });
   return {
+    ...worker,
     source,
-    forward: values.forward,
     to: values.to,
     force: values.force,
     json: values.json,
     checkAge: values['check-age'],
     dryRun: values['dry-run'],
-    dedupe: values.dedupe,
     deadLetter: values['dead-letter'],
     attempts: parsePositiveInt('--attempts', values.attempts, 3),
     concurrency: parsePositiveInt('--concurrency', values.concurrency, 8),
-    timeoutMs: parsePositiveInt('--timeout-ms', values['timeout-ms'], 10_000),
+    timeoutMs: parsePositiveInt('--timeout-ms', values['timeout-ms'], worker.timeoutMs),
     rate: values.rate === undefined ? undefined : parseRate('--rate', values.rate),
     filter: parseFilter({
       type: values.type,
@@ -200,7 +213,6 @@ function replayArgs(values: ReplayValues, positionals: readonly string[]): Repla
       since: values.since,
       until: values.until,
     }),
-    secretsFile: values['secrets-file'],
     max: values.max === undefined ? undefined : parsePositiveInt('--max', values.max, 0),
     settleSeconds: parsePositiveInt('--settle-seconds', values['settle-seconds'], 5),
     visibilityTimeoutSeconds: parsePositiveInt('--visibility-timeout', values['visibility-timeout'], 30),
@@ -214,6 +226,28 @@ function replayArgs(values: ReplayValues, positionals: readonly string[]): Repla
 
 const FILE_PREFIX = 'file:';
 
+/** What the flags and, with `--config`, the worker's config file say; the flags win. */
+function fromWorkerConfig(values: ReplayValues) {
+  const flags = {
+    forward: values.forward,
+    to: values.to,
+    dedupe: values.dedupe,
+    secretsFile: values['secrets-file'],
+  };
+  const worker = values.config ? workerSettings(values.config, flags) : undefined;
+  return {
+    forward: flags.to === undefined ? (worker?.forward?.url ?? flags.forward) : flags.forward,
+    forwardHeaders: worker?.forward?.headers ?? {},
+    timeoutMs: worker?.forward?.timeoutMs ?? 10_000,
+    dedupe: worker?.dedupe ?? flags.dedupe ?? DEFAULT_DEDUPE,
+    dedupeKeys: {
+      ...(worker?.tenant === undefined ? {} : { tenant: worker.tenant }),
+      ...(worker?.retentionMs === undefined ? {} : { retentionMs: worker.retentionMs }),
+    },
+    secretsFile: worker?.secretsFile ?? flags.secretsFile,
+  };
+}
+
 /** SOURCE as the registry reads it: a spec a transport names for replay, else a path (`file:PATH`). */
 function replaySpec(given: string): string {
   if (transportFor(given, 'replay')) return given;
@@ -224,15 +258,19 @@ function replaySpec(given: string): string {
 }
 
 /** Exactly one of --forward and --to (or neither with --dry-run), and a --forward URL replay can use. */
-function checkDestination(values: ReplayValues): void {
+function checkDestination(values: {
+  readonly forward?: string | undefined;
+  readonly to?: string | undefined;
+  readonly 'dry-run': boolean;
+}): void {
   if (values.forward && values.to) throw new UsageError('give --forward URL or --to TARGET, not both');
   if (!values.forward && !values.to && !values['dry-run'])
     throw new UsageError('replay needs --forward URL or --to TARGET (or --dry-run)');
   const forwardProblem = values.forward ? forwardUrlProblem(values.forward) : undefined;
   if (forwardProblem) {
-    // replay has no option for headers: say so rather than point at a setting it does not read.
+    // Credentials go in forward.headers of the worker's config file, which replay reads with --config.
     const hint = hasCredentials(values.forward as string)
-      ? ' (a worker setting: replay sends no extra headers)'
+      ? " (replay sends the worker's forward.headers with --config FILE)"
       : '';
     throw new UsageError(`--forward ${forwardProblem}${hint}`);
   }
@@ -283,6 +321,7 @@ async function replay(options: ReplayArgs, parts: ReplayParts, audit: AuditFacts
       ...parts,
       filter: options.filter,
       forward: options.forward,
+      forwardHeaders: options.forwardHeaders,
       deadLetterPath: parts.deadLetter,
       force: options.force,
       checkAge: options.checkAge,

@@ -1,10 +1,11 @@
 import { isIP } from 'node:net';
 import type { Consumer } from '../consumer/consumer.js';
-import type { SidecarConfig } from '../sidecar/config.js';
+import { envName, type SidecarConfig } from '../sidecar/config.js';
 import { CONSOLE_TOKEN_ENV, ConsoleServer, type LiveStats, ReplayJobs } from '../sidecar/console/index.js';
 import { describeUrl } from '../sidecar/forward.js';
 import type { ReadinessCheck } from '../sidecar/ops-server.js';
 import { describeSpec } from '../transports.js';
+import { workerSettings } from './replay-config.js';
 import { NO_CLI_COMMAND, thisCliCommand } from './this-cli-command.js';
 
 export interface ConsoleParts {
@@ -15,11 +16,11 @@ export interface ConsoleParts {
 
 /**
  * The console of `run`: its replays run this same CLI's `replay` in a child process, forwarding
- * to the worker's app with the worker's dedupe store and secrets, so a replay from the page has
- * every guarantee of one from the terminal.
+ * to the worker's app with the worker's dedupe store and secrets (and, with the worker's config
+ * file, its forward headers), so a replay from the page has every guarantee of one from the terminal.
  */
-export function consoleFor(parts: ConsoleParts, config: SidecarConfig): ConsoleServer {
-  const replay = replayCommand(config);
+export function consoleFor(parts: ConsoleParts, config: SidecarConfig, configFile?: string): ConsoleServer {
+  const replay = replayCommand(config, configFile);
   return new ConsoleServer({
     stats: parts.live,
     deadLetterPath: config.deadLetter,
@@ -34,17 +35,20 @@ export function consoleFor(parts: ConsoleParts, config: SidecarConfig): ConsoleS
   });
 }
 
-/** The replay child's command line, or why this worker cannot replay from its console. */
-function replayCommand(config: SidecarConfig) {
+/**
+ * The replay child's command line, or why this worker cannot replay from its console. Header
+ * values never go on it (`ps` shows a command line): the child reads them from the worker's
+ * config file (`--config`).
+ */
+function replayCommand(config: SidecarConfig, configFile: string | undefined) {
   if (!config.forward) {
     return 'this worker runs --handlers: replay with `partner-events replay FILE --to SOURCE` from a terminal';
   }
   if (config.dedupe === 'memory') {
     return "the worker's dedupe store is in memory: a replay could not tell which events are done";
   }
-  if (Object.keys(config.forward.headers).length > 0) {
-    return 'the worker sends extra headers to the app, which `partner-events replay` cannot send yet';
-  }
+  const headersProblem = headersNotFromFile(config.forward, configFile);
+  if (headersProblem) return headersProblem;
   const command = thisCliCommand();
   if (!command) return NO_CLI_COMMAND;
   return {
@@ -54,10 +58,39 @@ function replayCommand(config: SidecarConfig) {
       config.forward.url,
       '--dedupe',
       config.dedupe,
+      '--timeout-ms',
+      String(config.forward.timeoutMs),
       ...(config.secretsFile ? ['--secrets-file', config.secretsFile] : []),
+      ...(configFile ? ['--config', configFile] : []),
     ],
     description: describeUrl(config.forward.url),
   };
+}
+
+/**
+ * Why a replay reading the worker's config file would not send the headers the worker sends, or
+ * undefined when it would: none, or exactly the file's (the environment,
+ * PARTNER_EVENTS_FORWARD_HEADERS, is the only other way to set them).
+ */
+function headersNotFromFile(
+  forward: NonNullable<SidecarConfig['forward']>,
+  configFile: string | undefined,
+): string | undefined {
+  const names = Object.keys(forward.headers);
+  if (names.length === 0) return undefined;
+  const fromEnv = `the worker's forward headers are set by ${envName(['forward', 'headers'])}, and \`partner-events replay\` reads them only from a config file (--config): put forward.headers in the worker's config file`;
+  if (!configFile) return fromEnv;
+  let inFile: Readonly<Record<string, string>>;
+  try {
+    const flags = { forward: forward.url, to: undefined, dedupe: undefined, secretsFile: undefined };
+    inFile = workerSettings(configFile, flags).forward?.headers ?? {};
+  } catch {
+    // Valid only with the environment's values on top, which a replay would not read.
+    return `the worker's config file ${configFile} is not valid on its own (the environment completes it), and \`partner-events replay --config\` reads only the file`;
+  }
+  const same =
+    names.length === Object.keys(inFile).length && names.every((n) => inFile[n] === forward.headers[n]);
+  return same ? undefined : fromEnv;
 }
 
 function isLoopback(host: string): boolean {

@@ -84,7 +84,7 @@ export async function runCommand(args: string[]): Promise<number> {
   const traces = await startTraceExport(process.env);
   const worker = await openWorker(config, prettyOutput(values));
   if (traces) worker.logger.info({ endpoint: traces.endpoint }, 'exporting traces over OTLP/HTTP');
-  const ops = await serveOps(worker, config);
+  const ops = await serveOps(worker, config, values.config);
   worker.output.ready(ops?.url);
   await runUntilStopped(worker, config, ops);
   await flushTraces(traces, worker.logger);
@@ -217,12 +217,16 @@ async function openWorker(config: SidecarConfig, pretty: boolean): Promise<Worke
 }
 
 /** Starts /healthz, /readyz and /metrics, unless turned off; a failure stops the worker. */
-async function serveOps(worker: Worker, config: SidecarConfig): Promise<OpsServer | undefined> {
+async function serveOps(
+  worker: Worker,
+  config: SidecarConfig,
+  configFile: string | undefined,
+): Promise<OpsServer | undefined> {
   if (config.ops.port < 0) return undefined;
   const { consumer, source } = worker;
   const checks = () => readiness(consumer, source, config.ops.stallAfterMs, undefined, worker.forward).checks;
   const consoleServer = config.ops.console
-    ? consoleFor({ consumer, live: worker.live, readiness: checks }, config)
+    ? consoleFor({ consumer, live: worker.live, readiness: checks }, config, configFile)
     : undefined;
   let ops: OpsServer;
   try {
