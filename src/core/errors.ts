@@ -40,6 +40,16 @@ export const ERROR_CODES = [
 export type VerificationCode = (typeof VERIFICATION_CODES)[number];
 export type ErrorCode = (typeof ERROR_CODES)[number];
 
+/**
+ * Codes of a rejection: the message itself is bad (it failed verification, or its body is
+ * invalid). The metrics' `rejected_total` and the console's rejection counts both use this set.
+ */
+export const REJECTION_CODES: ReadonlySet<string> = new Set<ErrorCode>([
+  ...VERIFICATION_CODES,
+  'SCHEMA_INVALID',
+  'UNKNOWN_EVENT_TYPE',
+]);
+
 // A registry-wide symbol, so `isPartnerEventsError` holds when both the ESM and the CJS build
 // of this package are loaded in one process (their classes differ, the brand does not).
 const BRAND = Symbol.for('partner-health-events.error');

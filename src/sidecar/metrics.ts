@@ -1,6 +1,6 @@
 import { Counter, Gauge, Histogram, Registry } from 'prom-client';
 import type { SettledReport } from '../consumer/consumer.js';
-import { ERROR_CODES, type ErrorCode, VERIFICATION_CODES } from '../core/errors.js';
+import { ERROR_CODES, type ErrorCode, REJECTION_CODES } from '../core/errors.js';
 import type { RawMessage } from '../core/source-adapter.js';
 import type { DedupeStore } from '../dedupe/types.js';
 
@@ -13,12 +13,6 @@ export interface ConsumerMetricsOptions {
   readonly dedupeAvailable?: () => boolean;
 }
 
-/** Codes of a message that is itself bad: it failed verification, or its body is invalid. */
-const REJECTION_CODES: ReadonlySet<ErrorCode> = new Set<ErrorCode>([
-  ...VERIFICATION_CODES,
-  'SCHEMA_INVALID',
-  'UNKNOWN_EVENT_TYPE',
-]);
 /** Raised at start-up or by an adapter's own calls: never the outcome of a delivery. */
 const NEVER_AN_OUTCOME: ReadonlySet<ErrorCode> = new Set<ErrorCode>([
   'CONFIG_INVALID',

@@ -1,4 +1,5 @@
 import type { SettledReport } from '../../consumer/consumer.js';
+import { REJECTION_CODES } from '../../core/errors.js';
 
 /** The outcomes the console charts, one line each. */
 export const CHART_OUTCOMES = ['handled', 'duplicate', 'retried', 'dead'] as const;
@@ -72,14 +73,10 @@ export class LiveStats {
       return;
     }
     bucket.counts[outcome.kind === 'retry' ? 'retried' : 'dead']++;
-    // A rejection is about the message (it failed verification, or its body is invalid).
-    if (
-      report.keyId === undefined ||
-      outcome.code === 'SCHEMA_INVALID' ||
-      outcome.code === 'UNKNOWN_EVENT_TYPE'
-    ) {
-      if (outcome.code !== 'INTERNAL_ERROR')
-        bucket.rejected.set(outcome.code, (bucket.rejected.get(outcome.code) ?? 0) + 1);
+    // A rejection is about the message (it failed verification, or its body is invalid): the
+    // same codes as the metrics' rejected_total.
+    if (REJECTION_CODES.has(outcome.code)) {
+      bucket.rejected.set(outcome.code, (bucket.rejected.get(outcome.code) ?? 0) + 1);
     }
   }
 
