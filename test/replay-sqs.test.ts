@@ -6,7 +6,10 @@
  */
 import { join } from 'node:path';
 import { GetQueueAttributesCommand, SendMessageCommand } from '@aws-sdk/client-sqs';
-import { afterAll, beforeAll, expect, vi } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { sqsReplayReader } from '../adapters/sqs/replay-reader.js';
+import { silentLogger } from '../src/core/logger.js';
+import type { ReplayMessage } from '../src/core/replay-reader.js';
 import { startApp, startRun } from './support/cli.js';
 import {
   createQueue,
@@ -97,4 +100,58 @@ replayContract('SQS dead-letter queue', {
       },
     };
   },
+});
+
+describe('the SQS replay reader', () => {
+  it('keeps the trace context: a traceparent attribute comes with the message, and every receive asks for AWSTraceHeader', async () => {
+    const client = fauxqsClient(fauxqs.endpoint);
+    const receives: Record<string, unknown>[] = [];
+    client.middlewareStack.add(
+      (next, context) => async (args) => {
+        if (context.commandName === 'ReceiveMessageCommand')
+          receives.push(args.input as Record<string, unknown>);
+        return next(args);
+      },
+      { step: 'initialize', name: 'recordReceives' },
+    );
+    const queue = await createQueue(client, 'traced-dlq');
+    const traceparent = '00-5759e988bd862e3fe1be46a994272793-53995c3f42cd8ad8-01';
+    await client.send(
+      new SendMessageCommand({
+        QueueUrl: queue.url,
+        MessageBody: '{}',
+        MessageAttributes: {
+          traceparent: { DataType: 'String', StringValue: traceparent },
+          tracestate: { DataType: 'String', StringValue: 'vendor=1' },
+        },
+      }),
+    );
+    const reader = sqsReplayReader(
+      `sqs:${queue.url}`,
+      {
+        logger: silentLogger(),
+        settleMs: 3000,
+        max: undefined,
+        visibilityTimeoutSeconds: 30,
+        since: undefined,
+        until: undefined,
+        consumerGroup: '$Default',
+      },
+      client,
+    );
+    try {
+      let batch: readonly ReplayMessage[] | null = [];
+      while (batch !== null && batch.length === 0)
+        batch = await reader.receive(10, new AbortController().signal);
+      expect(batch?.map((m) => m.traceContext)).toEqual([{ traceparent, tracestate: 'vendor=1' }]);
+      for (const message of batch ?? []) await reader.skip(message);
+      expect(receives.length).toBeGreaterThan(0);
+      for (const receive of receives) {
+        expect(receive.MessageSystemAttributeNames).toEqual(expect.arrayContaining(['AWSTraceHeader']));
+        expect(receive.MessageAttributeNames).toEqual(['All']);
+      }
+    } finally {
+      await reader.close();
+    }
+  });
 });

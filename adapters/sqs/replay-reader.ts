@@ -34,12 +34,19 @@ interface SqsReplayMessage extends SideChannelMessage {
  * from the `partner_events_code` attribute the worker's `deadLetterQueue` sends; messages that
  * SQS moved itself (a redrive policy) have none.
  */
-export function sqsReplayReader(spec: string, context: ReplayReaderContext): ReplayReader {
+export function sqsReplayReader(
+  spec: string,
+  context: ReplayReaderContext,
+  /** The CLI's client by default; tests give one that records its calls. */
+  client?: SQSClient,
+): ReplayReader {
   const queueUrl = queueUrlOfSpec(spec);
   if (!/^https?:\/\/[^/]+\/.+/.test(queueUrl))
     throw new ConfigError(`replay ${redact(spec)}: expected sqs:QUEUE_URL`);
-  const client = new SQSClient(cliClientConfig(queueUrl));
-  return createSideChannelReader(sqsChannel(client, queueUrl, context), context);
+  return createSideChannelReader(
+    sqsChannel(client ?? new SQSClient(cliClientConfig(queueUrl)), queueUrl, context),
+    context,
+  );
 }
 
 function sqsChannel(
@@ -100,7 +107,9 @@ async function receiveBatch(
         MaxNumberOfMessages: Math.min(SQS_MAX_BATCH, poll.max),
         WaitTimeSeconds: poll.waitSeconds,
         VisibilityTimeout: poll.visibility,
-        MessageSystemAttributeNames: ['SentTimestamp', 'ApproximateReceiveCount'],
+        // AWSTraceHeader (X-Ray) and, among All, traceparent / tracestate: a replay's delivery
+        // span links to the producer's trace as the worker's does (SQS returns only what is asked for).
+        MessageSystemAttributeNames: ['SentTimestamp', 'ApproximateReceiveCount', 'AWSTraceHeader'],
         MessageAttributeNames: ['All'],
       }),
       { abortSignal: signal },
@@ -123,7 +132,10 @@ async function approximateCount(client: SQSClient, queueUrl: string): Promise<nu
   return Number.isFinite(n) ? n : undefined;
 }
 
-/** The message, its recorded code and first enqueue time from the attributes the worker sent, if any. */
+/**
+ * The message, its recorded code and first enqueue time from the attributes the worker sent, if
+ * any, and the trace context it carries.
+ */
 function replayMessage(message: Message, queue: string, receivedAt: number): SqsReplayMessage {
   const sqs = toSqsMessage(message, queue, receivedAt);
   const attributes = message.MessageAttributes ?? {};
@@ -135,6 +147,7 @@ function replayMessage(message: Message, queue: string, receivedAt: number): Sqs
     attempt: sqs.attempt,
     enqueuedAt: Number.isSafeInteger(sentAt) && sentAt > 0 ? sentAt : sqs.enqueuedAt,
     receiptHandle: sqs.receiptHandle,
+    ...(sqs.traceContext ? { traceContext: sqs.traceContext } : {}),
     metadata: { ...sqs.metadata, ...(code === undefined ? {} : { recorded_code: code }) },
     ...(code === undefined ? {} : { recordedCode: code }),
   };
