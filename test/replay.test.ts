@@ -187,6 +187,34 @@ describe('replay --config (the worker config file)', () => {
   });
 });
 
+describe('replay FILE --max N', () => {
+  it('replays the first N records and says the rest was not read; a second run skips the done ones as duplicates', async () => {
+    const events = Array.from({ length: 5 }, () => createTestEnvelope('daily.data.steps.created'));
+    const lines = events.map((e) => deadRecord(e.raw));
+    lines.splice(1, 0, ''); // a blank line is not a record
+    const file = writeJsonl(dir.path, 'dead.jsonl', lines);
+    const app = await startApp();
+    try {
+      const dedupe = `sqlite:${join(dir.path, 'dedupe.db')}`;
+      const first = await runReplay(file, ['--forward', app.url, '--dedupe', dedupe, '--max', '2']);
+      expect(first.code, first.stderr).toBe(0);
+      expect(first.summary).toMatchObject({ total: 2, forwarded: 2, stopped_at_max: true });
+      expect(app.eventIds()).toEqual(events.slice(0, 2).map((e) => e.eventId));
+      const dry = await runCli(['replay', file, '--dry-run', '--dedupe', dedupe, '--max', '3']);
+      expect(dry.stdout).toContain('"total":3');
+      expect(dry.stdout).toContain('stopped at --max: the rest of the file was not read');
+      // Exactly as many records as --max: nothing was left unread.
+      const rest = await runReplay(file, ['--forward', app.url, '--dedupe', dedupe, '--max', '5']);
+      expect(rest.code, rest.stderr).toBe(0);
+      expect(rest.summary).toMatchObject({ total: 5, forwarded: 3, duplicates: 2 });
+      expect(rest.summary).not.toHaveProperty('stopped_at_max');
+      expect(app.eventIds().sort()).toEqual(events.map((e) => e.eventId).sort());
+    } finally {
+      await app.close();
+    }
+  });
+});
+
 describe('replay report, --force and --rate', () => {
   it('reports by outcome and by code, and the new file holds exactly what still fails', async () => {
     const ok = createTestEnvelope('daily.data.steps.created');

@@ -53,6 +53,10 @@ export class FileSource implements SourceAdapter<FileMessage> {
   #givenUp = 0;
   readonly #closeStream: () => void;
   #lineNo = 0;
+  #records = 0;
+  readonly #maxRecords: number;
+  /** `maxRecords` ended the read with records left in the file. */
+  #stoppedAtMax = false;
   #eof = false;
   #inFlight = 0;
   #acked = 0;
@@ -60,8 +64,9 @@ export class FileSource implements SourceAdapter<FileMessage> {
   readonly #waker = new Waker();
 
   constructor(options: FileSourceOptions) {
-    const { path, name } = parseAdapterOptions(fileSourceOptionsSchema, options, 'file source');
+    const { path, name, maxRecords } = parseAdapterOptions(fileSourceOptionsSchema, options, 'file source');
     this.name = name ?? `file:${path}`;
+    this.#maxRecords = maxRecords ?? Number.POSITIVE_INFINITY;
     const stream = createReadStream(path, { encoding: 'utf8' });
     const rl = createInterface({ input: stream, crlfDelay: Number.POSITIVE_INFINITY });
     this.#lines = rl[Symbol.asyncIterator]();
@@ -69,6 +74,11 @@ export class FileSource implements SourceAdapter<FileMessage> {
       rl.close();
       stream.destroy();
     };
+  }
+
+  /** True once `maxRecords` ended the read while the file had more records. */
+  get stoppedAtMax(): boolean {
+    return this.#stoppedAtMax;
   }
 
   get stats(): FileSourceStats {
@@ -100,9 +110,18 @@ export class FileSource implements SourceAdapter<FileMessage> {
         this.#eof = true;
         break;
       }
+      const message = toMessage(next.value, this.#lineNo + 1, Date.now());
+      if (message && this.#records >= this.#maxRecords) {
+        // A record beyond the limit: it and the rest of the file stay unread.
+        this.#stoppedAtMax = true;
+        this.#eof = true;
+        break;
+      }
       this.#lineNo++;
-      const message = toMessage(next.value, this.#lineNo, Date.now());
-      if (message) batch.push(message);
+      if (message) {
+        this.#records++;
+        batch.push(message);
+      }
     }
     if (batch.length > 0) {
       this.#inFlight += batch.length;

@@ -21,10 +21,10 @@ export const fileTransport = defineTransport({
   },
   replay: {
     forms: 'file:PATH or a bare PATH (dead-letter records or envelopes, JSONL)',
-    async open(spec) {
+    async open(spec, context) {
       const path = spec.slice(PREFIX.length);
       const { createFileReplayReader } = await import('./replay-reader.js');
-      return createFileReplayReader(path);
+      return createFileReplayReader(path, context.max);
     },
   },
   target: {

@@ -6,6 +6,11 @@ const fileSourceOptionsShape = {
   path: z.string().min(1),
   /** For logs and dead-letter records. Default `file:<path>`. */
   name: z.string().min(1).optional(),
+  /**
+   * Read at most this many records (non-blank lines) from the start, and leave the rest of the
+   * file unread (`replay FILE --max N`). Default: the whole file.
+   */
+  maxRecords: z.number().int().positive().optional(),
 };
 
 /** The file source's options, each default documented here only. */

@@ -16,18 +16,27 @@ export class FileReplayReader implements ReplayReader<FileReplayMessage> {
   readonly name: string;
   readonly maxBatchSize: number;
   readonly #path: string;
+  readonly #max: number | undefined;
   readonly #inner: FileSource;
 
-  constructor(path: string) {
+  /** With `max` (`--max N`), the first N records of the file only. */
+  constructor(path: string, max?: number) {
     this.#path = path;
-    this.#inner = createFileSource({ path });
+    this.#max = max;
+    this.#inner = createFileSource({ path, ...(max === undefined ? {} : { maxRecords: max }) });
     this.name = this.#inner.name;
     this.maxBatchSize = this.#inner.maxBatchSize;
   }
 
-  /** The file's line count. */
-  total(): Promise<number> {
-    return countLines(this.#path);
+  /** The file's line count (at most `max`). */
+  async total(): Promise<number> {
+    const lines = await countLines(this.#path);
+    return this.#max === undefined ? lines : Math.min(lines, this.#max);
+  }
+
+  /** True when `max` ended the read with records left in the file. */
+  get stoppedAtMax(): boolean {
+    return this.#inner.stoppedAtMax;
   }
 
   async receive(max: number, signal: AbortSignal): Promise<readonly FileReplayMessage[] | null> {
@@ -72,6 +81,6 @@ export async function countLines(path: string): Promise<number> {
   return last === 10 ? count : count + 1;
 }
 
-export function createFileReplayReader(path: string): FileReplayReader {
-  return new FileReplayReader(path);
+export function createFileReplayReader(path: string, max?: number): FileReplayReader {
+  return new FileReplayReader(path, max);
 }

@@ -9,7 +9,7 @@ import { describeUrl } from '../sidecar/forward.js';
 import { describeSpec } from '../transports.js';
 import { writeLine } from './common.js';
 import type { ReplayFilter } from './filters.js';
-import { whereRead } from './replay-report.js';
+import { STOPPED_AT_MAX, whereRead } from './replay-report.js';
 import { type ReplayMessage, ReplaySource, recordedCode } from './replay-source.js';
 import { terminalSafe, terminalSafeLines } from './terminal-safe.js';
 
@@ -100,12 +100,21 @@ export async function dryRun(
     await source.close();
     await dedupe.close();
   }
-  const summary = { ...counts, filtered_out: source.filteredOut, source: sourceName, target, dry_run: true };
+  const stopped = reader.stoppedAtMax ? { stopped_at_max: true } : {};
+  const summary = {
+    ...counts,
+    filtered_out: source.filteredOut,
+    ...stopped,
+    source: sourceName,
+    target,
+    dry_run: true,
+  };
   writeLine(
     options.json
       ? JSON.stringify(summary)
-      : `dry run: ${JSON.stringify({ ...counts, filtered_out: source.filteredOut })} (nothing was changed)`,
+      : `dry run: ${JSON.stringify({ ...counts, filtered_out: source.filteredOut, ...stopped })} (nothing was changed)`,
   );
+  if (reader.stoppedAtMax && !options.json) writeLine(STOPPED_AT_MAX);
   return { exitCode: counts.rejected === 0 && counts.errors === 0 ? 0 : 1, summary };
 }
 

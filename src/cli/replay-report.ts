@@ -115,7 +115,13 @@ export interface ReplaySummary {
   target: string | null;
   dead_letter_file: string | null;
   dry_run: boolean;
+  /** Present when `--max` ended the read of a file that has more records. */
+  stopped_at_max?: true;
 }
+
+/** Said when `--max` left records of a file unread. */
+export const STOPPED_AT_MAX =
+  'stopped at --max: the rest of the file was not read (run again without --max: events done now are duplicates then)';
 
 /**
  * Follows a replay as records settle: tallies each final outcome (a retry is not final), keeps
@@ -186,7 +192,12 @@ export class ReplayReport {
     this.#progress?.finish();
   }
 
-  summary(facts: { filteredOut: number; target: string; deadLetterFile: string | null }): ReplaySummary {
+  summary(facts: {
+    filteredOut: number;
+    target: string;
+    deadLetterFile: string | null;
+    stoppedAtMax: boolean;
+  }): ReplaySummary {
     const o = this.tally.byOutcome;
     return {
       total: this.tally.total,
@@ -202,6 +213,7 @@ export class ReplayReport {
       target: facts.target,
       dead_letter_file: facts.deadLetterFile,
       dry_run: false,
+      ...(facts.stoppedAtMax ? { stopped_at_max: true as const } : {}),
     };
   }
 
@@ -223,6 +235,7 @@ export class ReplayReport {
     );
     if (summary.filtered_out > 0) writeLine(`left out by the filters: ${summary.filtered_out} records`);
     if (summary.forced > 0) writeLine(`--force re-drove ${summary.forced} events already marked done`);
+    if (summary.stopped_at_max) writeLine(STOPPED_AT_MAX);
     if (summary.total > 0) for (const line of this.tally.table()) writeLine(line);
     if (summary.dead_letter_file)
       writeLine(terminalSafe(`events that still fail: ${summary.dead_letter_file}`));

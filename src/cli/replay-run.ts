@@ -110,6 +110,7 @@ export async function runReplay(options: ReplayRunOptions): Promise<ReplayRunRes
     filteredOut: source.filteredOut,
     target: options.target ? options.target.name : describeUrl(options.forward as string),
     deadLetterFile: sink.count > 0 ? options.deadLetterPath : null,
+    stoppedAtMax: options.reader.stoppedAtMax === true,
   });
   return { summary, interrupted, report };
 }

@@ -65,8 +65,10 @@ Select records (all given criteria must hold; repeat a flag or use commas for "a
                        events the hub accepted at or after TIME
   --until TIME         signed_at at or before TIME; on a hub: up to events accepted at TIME
 
+  --max N              read at most N messages: a file's first N records (the rest is left
+                       unread, and the report says so), a queue's or hub's first N messages
+
 Queues and hubs:
-  --max N              read at most N messages
   --settle-seconds N   a queue's replay ends once nothing new arrived for N s (default 5)
   --visibility-timeout N  seconds a queue message this replay holds stays hidden, renewed while
                        held (default 30; after a crash, held messages return after this)

@@ -37,6 +37,8 @@ export interface ReplayReader<M extends ReplayMessage = ReplayMessage> extends S
   skip(message: M): Promise<void>;
   /** A message only looked at (dry run): kept hidden until `close`, then visible again, unchanged. */
   hold(message: M): Promise<void>;
+  /** True when `max` (`--max`) ended the read before the source's end, where the reader can tell (a file). */
+  readonly stoppedAtMax?: boolean;
 }
 
 /** What a replay reader is opened with (from `replay`'s flags). */
