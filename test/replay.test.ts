@@ -9,6 +9,7 @@ import { QueueClient } from '@azure/storage-queue';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { envelopeText } from '../adapters/event-hubs/body.js';
 import { createTestEnvelope, forgedEnvelope, TEST_SIGNING_SECRET } from '../src/consumer/testing.js';
+import { createRedisDedupe } from '../src/dedupe/redis.js';
 import { createSqliteDedupe } from '../src/dedupe/sqlite.js';
 import { Azurite } from './support/azurite.js';
 import { runCli, runReplay, startApp } from './support/cli.js';
@@ -16,6 +17,7 @@ import { EventHubsBroker } from './support/event-hubs-broker.js';
 import { createQueue, type FauxqsServer, fauxqsClient, fauxqsEnv, startFauxqs } from './support/fauxqs.js';
 import { tempDir } from './support/harness.js';
 import { deadRecord, jsonLines, readJsonl, writeJsonl } from './support/records.js';
+import { HAS_REDIS, RedisServer } from './support/redis-server.js';
 
 let dir: ReturnType<typeof tempDir>;
 beforeEach(() => {
@@ -159,6 +161,41 @@ describe('replay --config (the worker config file)', () => {
       await app.close();
     }
   });
+
+  it.skipIf(!HAS_REDIS)(
+    "uses the file's Redis tenant, and PARTNER_EVENTS_TENANT over it as run does",
+    async () => {
+      const redis = await RedisServer.start();
+      const app = await startApp();
+      try {
+        const config = join(dir.path, 'worker.yaml');
+        writeFileSync(config, `forward: ${app.url}\ndedupe: ${redis.url}\ntenant: clinic-a\n`);
+        const first = createTestEnvelope('daily.data.steps.created');
+        const second = createTestEnvelope('daily.data.steps.created');
+        const run = (event: typeof first, env: NodeJS.ProcessEnv = {}) =>
+          runCli(
+            ['replay', writeJsonl(dir.path, 'dead.jsonl', [deadRecord(event.raw)]), '--config', config],
+            {
+              env,
+            },
+          );
+        expect((await run(first)).code).toBe(0);
+        expect((await run(second, { PARTNER_EVENTS_TENANT: 'clinic-b' })).code).toBe(0);
+        const tenant = (name: string) => createRedisDedupe({ url: redis.url, tenant: name });
+        const [a, b] = [tenant('clinic-a'), tenant('clinic-b')];
+        try {
+          expect([await a.peek(first.eventId), await a.peek(second.eventId)]).toEqual(['done', 'absent']);
+          expect(await b.peek(second.eventId)).toBe('done');
+        } finally {
+          await a.close();
+          await b.close();
+        }
+      } finally {
+        await app.close();
+        await redis.stop();
+      }
+    },
+  );
 
   it('flags win over the file; the file still gives the headers', async () => {
     const event = createTestEnvelope('daily.data.steps.created');

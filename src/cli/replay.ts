@@ -243,7 +243,8 @@ function fromWorkerConfig(values: ReplayValues) {
     timeoutMs: worker?.forward?.timeoutMs ?? 10_000,
     dedupe: worker?.dedupe ?? flags.dedupe ?? DEFAULT_DEDUPE,
     dedupeKeys: {
-      ...(worker?.tenant === undefined ? {} : { tenant: worker.tenant }),
+      // As for run, PARTNER_EVENTS_TENANT beats the file (openDedupe reads it when none is given).
+      ...(worker?.tenant === undefined || process.env.PARTNER_EVENTS_TENANT ? {} : { tenant: worker.tenant }),
       ...(worker?.retentionMs === undefined ? {} : { retentionMs: worker.retentionMs }),
     },
     secretsFile: worker?.secretsFile ?? flags.secretsFile,
