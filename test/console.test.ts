@@ -9,9 +9,11 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { type Browser, chromium, type Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { consoleReplayCommand } from '../src/cli/run-console.js';
 import { createTestEnvelope, TEST_SIGNING_SECRET } from '../src/consumer/testing.js';
 import { deadLetterRecord } from '../src/core/dead-letter-record.js';
 import type { ErrorCode } from '../src/core/errors.js';
+import { resolveSidecarConfig } from '../src/sidecar/config.js';
 import { postEnvelope, startApp, startCli, startRun } from './support/cli.js';
 import { tempDir } from './support/harness.js';
 
@@ -285,6 +287,19 @@ describe('console replay and forward headers', () => {
       dir.cleanup();
     }
   }, 60_000);
+});
+
+describe("the console's replay child", () => {
+  it('gets the dedupe store through its environment, never on its command line (a Redis URL may hold a password)', () => {
+    const store = 'redis://:s3cret-redis-password@127.0.0.1:6390';
+    const config = resolveSidecarConfig({
+      flags: { source: 'http://127.0.0.1:0/events', forward: 'http://127.0.0.1:9/hook', dedupe: store },
+    });
+    const replay = consoleReplayCommand(config, undefined);
+    if (typeof replay === 'string') throw new Error(replay);
+    expect([...replay.command, ...replay.args].join(' ')).not.toContain('s3cret');
+    expect(replay.env).toEqual({ PARTNER_EVENTS_DEDUPE: store });
+  });
 });
 
 describe('demo --console', () => {

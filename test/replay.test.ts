@@ -197,6 +197,39 @@ describe('replay --config (the worker config file)', () => {
     },
   );
 
+  it('PARTNER_EVENTS_DEDUPE names the store as for run: over the file, under --dedupe', async () => {
+    const app = await startApp();
+    try {
+      const config = workerConfig(app.url); // its store: worker-dedupe.db
+      const fromEnv = join(dir.path, 'env-dedupe.db');
+      const fromFlag = join(dir.path, 'flag-dedupe.db');
+      const replayOne = (extra: string[]) => {
+        const event = createTestEnvelope('daily.data.steps.created');
+        const file = writeJsonl(dir.path, 'dead.jsonl', [deadRecord(event.raw)]);
+        return runCli(['replay', file, '--config', config, ...extra], {
+          env: { ...env, PARTNER_EVENTS_DEDUPE: `sqlite:${fromEnv}` },
+        }).then((result) => ({ result, event }));
+      };
+      const viaEnv = await replayOne([]);
+      expect(viaEnv.result.code, viaEnv.result.stderr).toBe(0);
+      const viaFlag = await replayOne(['--dedupe', `sqlite:${fromFlag}`]);
+      expect(viaFlag.result.code, viaFlag.result.stderr).toBe(0);
+      const peek = async (path: string, eventId: string) => {
+        const store = createSqliteDedupe({ path });
+        try {
+          return await store.peek(eventId);
+        } finally {
+          await store.close();
+        }
+      };
+      expect(await peek(fromEnv, viaEnv.event.eventId)).toBe('done');
+      expect(await peek(fromFlag, viaFlag.event.eventId)).toBe('done');
+      expect(existsSync(join(dir.path, 'worker-dedupe.db'))).toBe(false); // the file's store: never opened
+    } finally {
+      await app.close();
+    }
+  });
+
   it('flags win over the file; the file still gives the headers', async () => {
     const event = createTestEnvelope('daily.data.steps.created');
     const file = writeJsonl(dir.path, 'dead.jsonl', [deadRecord(event.raw)]);

@@ -14,6 +14,7 @@ import { describeSpec, transportFor } from '../transports.js';
 import {
   checkDeadLetterFile,
   DEFAULT_DEDUPE,
+  ENV_DEDUPE,
   loadKeyring,
   onStopSignals,
   openDedupe,
@@ -51,7 +52,8 @@ SOURCE: ${REPLAY_FORMS}
   --config FILE        the worker's config file (as for run): the forward URL, timeout and extra
                        headers (e.g. an internal token, never given on the command line), the
                        dedupe store and the secrets file; the flags here win over it
-  --dedupe SPEC        sqlite:PATH (default ${DEFAULT_DEDUPE}), redis://…, redis-cluster://… or memory; use the worker's store
+  --dedupe SPEC        sqlite:PATH, redis://…, redis-cluster://… or memory; use the worker's store
+                       (default: ${ENV_DEDUPE}, else the --config file's, else ${DEFAULT_DEDUPE})
   --force              also re-drive events the dedupe store marks as done (logged loudly)
   --dry-run            verify and look up each event, change nothing, send nothing
 
@@ -241,7 +243,9 @@ function fromWorkerConfig(values: ReplayValues) {
     forward: flags.to === undefined ? (worker?.forward?.url ?? flags.forward) : flags.forward,
     forwardHeaders: worker?.forward?.headers ?? {},
     timeoutMs: worker?.forward?.timeoutMs ?? 10_000,
-    dedupe: worker?.dedupe ?? flags.dedupe ?? DEFAULT_DEDUPE,
+    // As for run: the flag, then the environment (how the console hands the worker's store to
+    // its replay child: a Redis URL may hold a password, and a command line is public), then the file.
+    dedupe: flags.dedupe ?? (process.env[ENV_DEDUPE] || undefined) ?? worker?.dedupe ?? DEFAULT_DEDUPE,
     dedupeKeys: {
       // As for run, PARTNER_EVENTS_TENANT beats the file (openDedupe reads it when none is given).
       ...(worker?.tenant === undefined || process.env.PARTNER_EVENTS_TENANT ? {} : { tenant: worker.tenant }),

@@ -5,6 +5,7 @@ import { CONSOLE_TOKEN_ENV, ConsoleServer, type LiveStats, ReplayJobs } from '..
 import { describeUrl } from '../sidecar/forward.js';
 import type { ReadinessCheck } from '../sidecar/ops-server.js';
 import { describeSpec } from '../transports.js';
+import { ENV_DEDUPE } from './common.js';
 import { workerSettings } from './replay-config.js';
 import { NO_CLI_COMMAND, thisCliCommand } from './this-cli-command.js';
 
@@ -20,7 +21,7 @@ export interface ConsoleParts {
  * file, its forward headers), so a replay from the page has every guarantee of one from the terminal.
  */
 export function consoleFor(parts: ConsoleParts, config: SidecarConfig, configFile?: string): ConsoleServer {
-  const replay = replayCommand(config, configFile);
+  const replay = consoleReplayCommand(config, configFile);
   return new ConsoleServer({
     stats: parts.live,
     deadLetterPath: config.deadLetter,
@@ -36,11 +37,11 @@ export function consoleFor(parts: ConsoleParts, config: SidecarConfig, configFil
 }
 
 /**
- * The replay child's command line, or why this worker cannot replay from its console. Header
- * values never go on it (`ps` shows a command line): the child reads them from the worker's
- * config file (`--config`).
+ * The replay child's command line, or why this worker cannot replay from its console. Secrets
+ * never go on it (`ps` shows a command line): header values come from the worker's config file
+ * (`--config`), the dedupe store (a Redis URL may hold a password) from the environment.
  */
-function replayCommand(config: SidecarConfig, configFile: string | undefined) {
+export function consoleReplayCommand(config: SidecarConfig, configFile: string | undefined) {
   if (!config.forward) {
     return 'this worker runs --handlers: replay with `partner-events replay FILE --to SOURCE` from a terminal';
   }
@@ -56,14 +57,14 @@ function replayCommand(config: SidecarConfig, configFile: string | undefined) {
     args: [
       '--forward',
       config.forward.url,
-      '--dedupe',
-      config.dedupe,
       '--timeout-ms',
       String(config.forward.timeoutMs),
       ...(config.secretsFile ? ['--secrets-file', config.secretsFile] : []),
       ...(configFile ? ['--config', configFile] : []),
     ],
     description: describeUrl(config.forward.url),
+    // The store through the environment, not the command line: a Redis URL may hold a password.
+    env: { [ENV_DEDUPE]: config.dedupe },
   };
 }
 
