@@ -6,8 +6,10 @@
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { createEventHubsAdapter, type EventHubsMessage } from '../adapters/event-hubs/index.js';
+import { eventHubsReplayReader } from '../adapters/event-hubs/replay-reader.js';
 import { createTestEnvelope, type TestEnvelope } from '../src/consumer/testing.js';
 import { silentLogger } from '../src/core/logger.js';
+import type { ReplayMessage } from '../src/core/replay-reader.js';
 import { runCli, startApp } from './support/cli.js';
 import { EventHubsBroker } from './support/event-hubs-broker.js';
 import type { TestHub } from './support/event-hubs-server.js';
@@ -142,4 +144,51 @@ describe('replay a main hub over a time window', () => {
       await app.close();
     }
   }, 90_000);
+});
+
+describe('the Event Hubs replay reader', () => {
+  it("keeps each event's trace context (traceparent, or Diagnostic-Id), so replay spans link to the producer", async () => {
+    const hub = await broker.createHub(1);
+    const traceparent = '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01';
+    const diagnosticId = '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01';
+    await hub.publish('0', createTestEnvelope('daily.data.steps.created').raw, {
+      traceparent,
+      tracestate: 'vendor=1',
+    });
+    await hub.publish('0', createTestEnvelope('daily.data.steps.created').raw, {
+      'Diagnostic-Id': diagnosticId,
+    });
+    await hub.publish('0', createTestEnvelope('daily.data.steps.created').raw);
+    const reader = await eventHubsReplayReader(
+      `azure-event-hubs:${hub.name}`,
+      {
+        logger: silentLogger(),
+        settleMs: 1000,
+        max: undefined,
+        visibilityTimeoutSeconds: 30,
+        since: undefined,
+        until: undefined,
+        consumerGroup: 'replay',
+      },
+      { EVENTHUBS_CONNECTION_STRING: hub.connectionString },
+    );
+    try {
+      const read: ReplayMessage[] = [];
+      const signal = new AbortController().signal;
+      for (;;) {
+        const batch = await reader.receive(10, signal);
+        if (batch === null) break;
+        read.push(...batch);
+        // Settled, so the reader can end (a hub's messages are only read: an ack changes nothing).
+        for (const message of batch) await reader.settle(message, { kind: 'ack', result: 'handled' });
+      }
+      expect(read.map((m) => m.traceContext)).toEqual([
+        { traceparent, tracestate: 'vendor=1' },
+        { traceparent: diagnosticId, tracestate: undefined },
+        undefined,
+      ]);
+    } finally {
+      await reader.close();
+    }
+  }, 60_000);
 });

@@ -15,7 +15,7 @@ import { parseAdapterOptions } from '../../src/core/adapter-options.js';
 import { AdapterError, ConfigError, errorMessage } from '../../src/core/errors.js';
 import { createLogger } from '../../src/core/logger.js';
 import type { Outcome } from '../../src/core/outcome.js';
-import type { RawMessage, SourceAdapter, TraceCarrier } from '../../src/core/source-adapter.js';
+import type { RawMessage, SourceAdapter } from '../../src/core/source-adapter.js';
 import { Waker } from '../../src/core/waker.js';
 import { envelopeText } from './body.js';
 import { openConsumerClient, openPoisonHub } from './clients.js';
@@ -23,6 +23,7 @@ import { type EventHubsAdapterOptions, eventHubsAdapterSchema, schemaOptionsOf }
 import { PartitionLane } from './partition-lane.js';
 import type { PoisonHub } from './poison-hub.js';
 import { SqliteCheckpointStore } from './sqlite-checkpoint-store.js';
+import { traceContextOf } from './trace-context.js';
 
 /** One event of one partition. `id` is `<partitionId>:<sequenceNumber>`. */
 export interface EventHubsMessage extends RawMessage {
@@ -369,19 +370,6 @@ export class EventHubsAdapter implements SourceAdapter<EventHubsMessage> {
     if (this.#poison) this.#eventOf.set(message, event);
     return message;
   }
-}
-
-/**
- * The producer's trace context from the application properties: W3C `traceparent` (with
- * `tracestate`), or `Diagnostic-Id` as older Azure SDKs set it (also a traceparent).
- */
-function traceContextOf(properties: ReceivedEventData['properties']): { traceContext?: TraceCarrier } {
-  const traceparent = properties?.traceparent ?? properties?.['Diagnostic-Id'];
-  if (typeof traceparent !== 'string') return {};
-  const { tracestate } = properties ?? {};
-  return {
-    traceContext: { traceparent, tracestate: typeof tracestate === 'string' ? tracestate : undefined },
-  };
 }
 
 export function createEventHubsAdapter(options: EventHubsAdapterOptions): EventHubsAdapter {

@@ -21,6 +21,7 @@ import { withoutEntityPath } from './clients.js';
 import { CLI_SCHEME, ENV_CONNECTION_STRING } from './names.js';
 import { HUB_NAME } from './options.js';
 import { POISON_PROPERTIES } from './poison-hub.js';
+import { traceContextOf } from './trace-context.js';
 
 /** Events read ahead per run, at most, before the partitions' reads wait for the replay. */
 const READ_AHEAD = 200;
@@ -213,5 +214,6 @@ function hubMessage(event: ReceivedEventData, partitionId: string): SideChannelM
       enqueued_time: event.enqueuedTimeUtc.toISOString(),
     },
     ...(typeof code === 'string' ? { recordedCode: code } : {}),
+    ...traceContextOf(properties),
   };
 }
