@@ -1,5 +1,6 @@
 # The sidecar image: `partner-events run`, configured by a file and PARTNER_EVENTS_* variables.
-# Build: docker build -t partner-health-events .   (not built in this repository's CI: no Docker engine there)
+# Build: docker build -t partner-health-events .   (not built in this repository's CI: no Docker engine there;
+# test/dockerfile.test.ts checks its peers, entry point and Node against the tree instead)
 # Node: the active LTS, the version CI runs the suite on besides 20 (docs/deployment.md: how to bump it).
 FROM node:24-slim AS build
 WORKDIR /app
