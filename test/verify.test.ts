@@ -383,8 +383,6 @@ describe('backlog is not an attack (enqueuedAt)', () => {
 });
 
 describe('SIGNATURE_MISMATCH', () => {
-  const sigOf = () => message().envelope.signature;
-
   it('signed with the wrong secret', () => {
     expectCode(() => verify(message({ secret: OTHER_SECRET }).raw), 'SIGNATURE_MISMATCH');
   });
@@ -409,24 +407,34 @@ describe('SIGNATURE_MISMATCH', () => {
     expectCode(() => verify(JSON.stringify({ ...msg.envelope, signed_at: NOW_S - 1 })), 'SIGNATURE_MISMATCH');
   });
 
+  // Each malformed form is made from the envelope's own, correct signature: it must fail for being
+  // malformed, not because it signs something else.
   it.each([
     ['empty', () => ''],
-    ['one hex digit short', () => sigOf().slice(0, 63)],
-    ['one hex digit long', () => `${sigOf()}0`],
-    ['doubled', () => sigOf().repeat(2)],
-    ['32 raw bytes as base64', () => Buffer.from(sigOf(), 'hex').toString('base64')],
-    ['non-hex character', () => `${sigOf().slice(0, 63)}g`],
-    ['a non-hex character in the middle', () => `${sigOf().slice(0, 31)}g${sigOf().slice(32)}`],
-    ['a non-hex first character', () => `g${sigOf().slice(1)}`],
+    ['one hex digit short', (sig: string) => sig.slice(0, 63)],
+    ['one hex digit long', (sig: string) => `${sig}0`],
+    ['doubled', (sig: string) => sig.repeat(2)],
+    ['32 raw bytes as base64', (sig: string) => Buffer.from(sig, 'hex').toString('base64')],
+    ['non-hex character', (sig: string) => `${sig.slice(0, 63)}g`],
+    ['a non-hex character in the middle', (sig: string) => `${sig.slice(0, 31)}g${sig.slice(32)}`],
+    ['a non-hex first character', (sig: string) => `g${sig.slice(1)}`],
+    // Node's hex decoder reads only the low byte of a UTF-16 unit: U+1538 decodes as the digit 8,
+    // so this decodes to the right 32 bytes.
+    [
+      'a non-ASCII character whose low byte is the right hex digit',
+      (sig: string) => `${sig.slice(0, 63)}${String.fromCharCode(0x1500 + sig.charCodeAt(63))}`,
+    ],
     ['non-hex characters throughout', () => 'z'.repeat(64)],
-    ['a 0x prefix', () => `0x${sigOf().slice(2)}`],
-    ['surrounding whitespace', () => ` ${sigOf()} `],
-    ['a trailing newline', () => `${sigOf()}\n`],
-    ['a v1= prefix', () => `v1=${sigOf()}`],
-    ['non-ASCII digits', () => `${sigOf().slice(0, 62)}٣٣`],
+    ['a 0x prefix', (sig: string) => `0x${sig.slice(2)}`],
+    ['surrounding whitespace', (sig: string) => ` ${sig} `],
+    ['a trailing newline', (sig: string) => `${sig}\n`],
+    ['a v1= prefix', (sig: string) => `v1=${sig}`],
+    ['non-ASCII digits', (sig: string) => `${sig.slice(0, 62)}٣٣`],
     ['all zeros', () => '0'.repeat(64)],
-  ])('signature %s', (_name, signature) => {
-    expectCode(() => verify(message({ envelope: { signature: signature() } }).raw), 'SIGNATURE_MISMATCH');
+  ])('signature %s', (_name, malformed: (sig: string) => string) => {
+    const msg = message();
+    const signature = malformed(msg.envelope.signature);
+    expectCode(() => verify(JSON.stringify({ ...msg.envelope, signature })), 'SIGNATURE_MISMATCH');
   });
 
   it('uppercase hex passes (hex is case-insensitive)', () => {

@@ -1,8 +1,12 @@
 import { createHmac, timingSafeEqual } from 'node:crypto';
 import type { ActiveKey } from './secrets.js';
 
-/** Hex characters of a SHA-256 signature. */
-const SIGNATURE_HEX_LENGTH = 64;
+/**
+ * 64 hex digits, checked before decoding: Node's hex decoder reads only the low byte of each
+ * UTF-16 unit, so `Buffer.from('ᔸ', 'hex')` decodes U+1538 as the digit '8' (a decoded length
+ * of 32 bytes does not prove the text was hex; the property tests found it).
+ */
+const SIGNATURE_HEX = /^[0-9a-fA-F]{64}$/;
 
 /**
  * The service's signature: hex HMAC-SHA256 of `signed_at + "." + body`, keyed with the signing
@@ -23,11 +27,8 @@ export function matchSignature(
   signature: string,
   keys: readonly ActiveKey[],
 ): string | undefined {
-  if (signature.length !== SIGNATURE_HEX_LENGTH) return undefined;
-  // Node stops decoding hex at the first character that is not hex (documented truncation), so
-  // 32 bytes means all 64 characters were hex: the check a regex would make, without the regex.
+  if (!SIGNATURE_HEX.test(signature)) return undefined;
   const expected = Buffer.from(signature, 'hex');
-  if (expected.length !== SIGNATURE_HEX_LENGTH / 2) return undefined;
   const prefix = `${signedAt}.`;
   for (const { id, key } of keys) {
     const actual = createHmac('sha256', key).update(prefix).update(body).digest();
