@@ -19,8 +19,6 @@ export class UsageError extends Error {
 }
 
 export const DEFAULT_DEDUPE = 'sqlite:partner-events-dedupe.db';
-/** The store `run` reads from the environment (config key `dedupe`: envName(['dedupe'])), and `replay` too. */
-export const ENV_DEDUPE = 'PARTNER_EVENTS_DEDUPE';
 
 export function parse<const T extends NonNullable<ParseArgsConfig['options']>>(args: string[], options: T) {
   try {

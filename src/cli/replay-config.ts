@@ -1,4 +1,7 @@
-import { configFromFile, resolveSidecarConfig } from '../sidecar/config.js';
+import { configFromFile, envName, resolveSidecarConfig } from '../sidecar/config.js';
+
+/** The store `run` reads from the environment (its config key `dedupe`), and `replay` too. */
+export const ENV_DEDUPE = envName(['dedupe']);
 
 /**
  * What `replay --config FILE` takes from the worker's own config file: where and how it forwards

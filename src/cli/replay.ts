@@ -14,7 +14,6 @@ import { describeSpec, transportFor } from '../transports.js';
 import {
   checkDeadLetterFile,
   DEFAULT_DEDUPE,
-  ENV_DEDUPE,
   loadKeyring,
   onStopSignals,
   openDedupe,
@@ -26,7 +25,7 @@ import {
 import { parseFilter, parseTimeMs } from './filters.js';
 import { parseRate } from './rate.js';
 import { appendReplayAudit, filtersOf, REPLAY_LOG_NAME, replayLogPath } from './replay-audit.js';
-import { workerSettings } from './replay-config.js';
+import { ENV_DEDUPE, workerSettings } from './replay-config.js';
 import { type DryRunOptions, dryRun } from './replay-dry-run.js';
 import type { ReplayEventRow } from './replay-report.js';
 import { openReplayReader, REPLAY_FORMS, runReplay } from './replay-run.js';

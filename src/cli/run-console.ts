@@ -5,8 +5,7 @@ import { CONSOLE_TOKEN_ENV, ConsoleServer, type LiveStats, ReplayJobs } from '..
 import { describeUrl } from '../sidecar/forward.js';
 import type { ReadinessCheck } from '../sidecar/ops-server.js';
 import { describeSpec } from '../transports.js';
-import { ENV_DEDUPE } from './common.js';
-import { workerSettings } from './replay-config.js';
+import { ENV_DEDUPE, workerSettings } from './replay-config.js';
 import { NO_CLI_COMMAND, thisCliCommand } from './this-cli-command.js';
 
 export interface ConsoleParts {

@@ -180,24 +180,23 @@ export class Consumer<M extends RawMessage = RawMessage> {
   async process(message: M, signal?: AbortSignal): Promise<ProcessResult> {
     const trace = this.#tracer?.begin(message);
     let result = await this.#pipeline.process(message, signal, trace);
-    if (result.outcome.kind === 'dead') result = await this.#deadLettered(message, result);
+    if (result.outcome.kind === 'dead') result = await this.#deadLettered(message, result, result.outcome);
     // The delivery span ends with the final outcome: a failed dead-letter write made it a retry.
     trace?.end(result.outcome);
     return result;
   }
 
   /** Writes the record of a dead result; when that fails, the outcome becomes a retry. */
-  async #deadLettered(message: M, result: ProcessResult): Promise<ProcessResult> {
-    if (result.outcome.kind !== 'dead') return result;
+  async #deadLettered(message: M, result: ProcessResult, dead: DeadOutcome): Promise<ProcessResult> {
     try {
-      await this.deadLetter(message, result.outcome, result);
+      await this.deadLetter(message, dead, result);
       return result;
     } catch (error) {
       this.logger.error(
         { err: errorMessage(error), message_id: message.id },
         'dead-letter write failed: will retry',
       );
-      const failed = { kind: 'dead-letter-failed', dead: result.outcome } as const;
+      const failed = { kind: 'dead-letter-failed', dead } as const;
       return { ...result, outcome: decide(failed, message.attempt, this.settings).outcome };
     }
   }

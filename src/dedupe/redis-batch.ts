@@ -1,4 +1,4 @@
-import type { Redis } from 'ioredis';
+import type { Cluster, Redis } from 'ioredis';
 
 /** A Lua script, sent by SHA; `keys` is how many of its arguments are keys. */
 export interface LuaScript {
@@ -85,5 +85,28 @@ export class ScriptBatcher {
   #rejectAll(calls: PendingCall[], cause: unknown): void {
     const error = this.#toError(cause);
     for (const call of calls) call.reject(error);
+  }
+}
+
+/**
+ * One script call on its own: EVALSHA (through ioredis's auto-pipelining). A server that has not
+ * seen the script (started, restarted or failed over since, or SCRIPT FLUSH) answers NOSCRIPT;
+ * then EVAL sends it whole, which also loads it there for the next EVALSHA.
+ */
+export async function runScript(
+  redis: Redis | Cluster,
+  lua: LuaScript,
+  keysAndArgs: readonly (string | number)[],
+  toError: (cause: unknown) => Error,
+): Promise<unknown> {
+  try {
+    return await redis.evalsha(lua.sha, lua.keys, ...keysAndArgs);
+  } catch (cause) {
+    if (!(cause instanceof Error && cause.message.startsWith('NOSCRIPT'))) throw toError(cause);
+  }
+  try {
+    return await redis.eval(lua.lua, lua.keys, ...keysAndArgs);
+  } catch (cause) {
+    throw toError(cause);
   }
 }

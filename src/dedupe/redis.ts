@@ -4,7 +4,7 @@ import type { Logger } from 'pino';
 import { backoff } from '../core/backoff.js';
 import { ConfigError, DedupeUnavailableError, errorMessage } from '../core/errors.js';
 import { createLogger } from '../core/logger.js';
-import { type LuaScript, ScriptBatcher } from './redis-batch.js';
+import { type LuaScript, runScript, ScriptBatcher } from './redis-batch.js';
 import {
   ClusterHealth,
   clusterOptions,
@@ -161,8 +161,6 @@ export class RedisDedupeStore implements DedupeStore {
     };
     redis.on('error', (error: Error) => this.#down(error));
     redis.on('close', () => this.#down(new Error('connection closed')));
-    this.#batcher =
-      redis instanceof Cluster ? undefined : new ScriptBatcher(redis, (c) => this.#unavailable(c));
     if (redis instanceof Cluster) {
       const health = new ClusterHealth(redis, (down) => (down ? this.#down(down) : up()));
       this.#health = health;
@@ -172,6 +170,7 @@ export class RedisDedupeStore implements DedupeStore {
       redis.on('ready', connected);
       if (redis.status === 'ready') connected();
     } else {
+      this.#batcher = new ScriptBatcher(redis, (cause) => this.#unavailable(cause));
       redis.on('ready', up);
       if (redis.status === 'ready') up();
     }
@@ -247,22 +246,12 @@ export class RedisDedupeStore implements DedupeStore {
   }
 
   /**
-   * One round trip: EVALSHA (on one Redis, in the turn's pipeline: ScriptBatcher). A server that
-   * has not seen the script (started, restarted or failed over since, or SCRIPT FLUSH) answers
-   * NOSCRIPT; then EVAL sends it whole, which also loads it there for the next EVALSHA.
+   * One round trip: EVALSHA (on one Redis, in the turn's pipeline; on a cluster, auto-pipelined),
+   * EVAL after NOSCRIPT. No async frame around the batcher's promise: this is the hot path.
    */
-  async #run(lua: LuaScript, keysAndArgs: (string | number)[]): Promise<unknown> {
+  #run(lua: LuaScript, keysAndArgs: (string | number)[]): Promise<unknown> {
     if (this.#batcher) return this.#batcher.run(lua, keysAndArgs);
-    try {
-      return await this.#redis.evalsha(lua.sha, lua.keys, ...keysAndArgs);
-    } catch (cause) {
-      if (!(cause instanceof Error && cause.message.startsWith('NOSCRIPT'))) throw this.#unavailable(cause);
-    }
-    try {
-      return await this.#redis.eval(lua.lua, lua.keys, ...keysAndArgs);
-    } catch (cause) {
-      throw this.#unavailable(cause);
-    }
+    return runScript(this.#redis, lua, keysAndArgs, (cause) => this.#unavailable(cause));
   }
 
   /** The key suffix of an event: the id itself, or on a cluster `{<id>}` (see `hashTag`). */

@@ -91,7 +91,7 @@ export class SqliteDedupeStore implements DedupeStore {
 
   release(eventId: string, token: string): Promise<void> {
     return this.#enqueue(() => {
-      this.#stmt.release.run(eventId, token);
+      this.#stmt.endLease.run(eventId, token);
     });
   }
 
@@ -236,13 +236,12 @@ export const SQLITE_STATEMENTS = {
     WHERE event_id = ? AND expires_at <= ?
     RETURNING claims`,
   extend: 'UPDATE leases SET expires_at = ? WHERE event_id = ? AND token = ?',
-  /** Complete is endLease then, when it deleted the lease, recordDone. */
+  /** Complete is endLease then, when it deleted the lease, recordDone; release is endLease alone. */
   endLease: 'DELETE FROM leases WHERE event_id = ? AND token = ?',
   recordDone: `
     INSERT INTO dedupe (event_id, done, token, expires_at, claims) VALUES (?, 1, ?, ?, 1)
     ON CONFLICT (event_id) DO UPDATE
       SET done = 1, token = excluded.token, expires_at = excluded.expires_at, claims = 1`,
-  release: 'DELETE FROM leases WHERE event_id = ? AND token = ?',
   forget: 'DELETE FROM dedupe WHERE event_id = ? AND done = 1 AND expires_at > ?',
   // Done rows go when their retention ends; abandoned claims a day after their lease (leases of
   // an earlier version, done = 0 in dedupe, alike).
@@ -265,7 +264,6 @@ function prepareStatements(db: Database.Database) {
     extend: db.prepare(sql.extend),
     endLease: db.prepare(sql.endLease),
     recordDone: db.prepare(sql.recordDone),
-    release: db.prepare(sql.release),
     forget: db.prepare(sql.forget),
     purgeRecords: db.prepare<[number, number, number]>(sql.purgeRecords),
     purgeLeases: db.prepare<[number, number]>(sql.purgeLeases),
