@@ -96,7 +96,7 @@ describe.skipIf(!HAS_REDIS)('Redis dedupe with a real redis-server', () => {
     await store.close();
   });
 
-  it('the script calls of one turn go to Redis as one pipeline, in call order', async () => {
+  it('the script calls of one turn go to Redis as pipelines of at most 32, each sent once full, in call order', async () => {
     const client = new Redis(server.url, FAIL_FAST_OPTIONS);
     const store = createRedisDedupe({ client, prefix: 'batched', logger: silentLogger() });
     await store.peek('warm-up');
@@ -111,16 +111,21 @@ describe.skipIf(!HAS_REDIS)('Redis dedupe with a real redis-server', () => {
       }) as typeof p.exec;
       return p;
     }) as typeof client.pipeline;
-    const claims = await Promise.all(Array.from({ length: 64 }, (_, i) => store.claim(`evt-b-${i}`, 60_000)));
-    // The same id twice in one turn: the first claim wins (call order), the second waits.
-    const [first, second] = await Promise.all([
-      store.claim('evt-b-x', 60_000),
-      store.claim('evt-b-x', 60_000),
-    ]);
-    expect(sizes).toEqual([64, 2]);
+    const claiming = Array.from({ length: 31 }, (_, i) => store.claim(`evt-b-${i}`, 60_000));
+    expect(sizes).toEqual([]); // not full: waits for the end of the turn
+    // The same id as the 32nd and 33rd call: they go in different pipelines, and the first still wins.
+    const first = store.claim('evt-b-x', 60_000);
+    expect(sizes).toEqual([32]); // full: sent at once, while this turn goes on
+    const second = store.claim('evt-b-x', 60_000);
+    claiming.push(...Array.from({ length: 37 }, (_, i) => store.claim(`evt-b-${31 + i}`, 60_000)));
+    expect(sizes).toEqual([32, 32]);
+    const claims = await Promise.all(claiming);
+    expect(sizes).toEqual([32, 32, 6]);
     expect(claims.every((c) => c.status === 'claimed')).toBe(true);
-    expect(first?.status).toBe('claimed');
-    expect(second?.status).toBe('in_progress');
+    expect((await first).status).toBe('claimed');
+    expect((await second).status).toBe('in_progress');
+    await Promise.all([store.claim('evt-b-y', 60_000), store.claim('evt-b-z', 60_000)]);
+    expect(sizes).toEqual([32, 32, 6, 2]);
     await store.close();
     client.disconnect();
   });
