@@ -53,7 +53,6 @@ export class HandlerRunner {
     });
     const onExternal = () => run.abort(causeOf(external));
     external?.addEventListener('abort', onExternal, { once: true });
-    this.#keeper.start(run);
     const context = handlerContext(verified, message, run, this.#logger);
     let span: HandlerSpan | undefined;
     try {
@@ -62,6 +61,9 @@ export class HandlerRunner {
         span = trace?.handler(i, handler.name);
         const result = span ? span.call(handler, event as never, context) : handler(event as never, context);
         if (isPromiseLike(result)) {
+          // Watched (deadline, lease extension) only while something is pending: a handler that
+          // returned synchronously is done, and a timer armed and cleared per event costs CPU.
+          this.#keeper.start(run);
           await run.wait(result);
           // Timed out or lease lost while the handler's promise was pending: it may still be
           // running. (At a shutdown the process is about to end: the claim is released at once.)
