@@ -8,6 +8,7 @@
 import { spawnSync } from 'node:child_process';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { collectDefaultMetrics, Registry } from 'prom-client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parse, parseAllDocuments, stringify } from 'yaml';
 import type { SettledReport } from '../src/consumer/consumer.js';
@@ -265,6 +266,7 @@ describe('alert rules and dashboard', () => {
 describe('metrics', () => {
   it('every metric the dashboard and the alerts read is in a live /metrics scrape of `partner-events run`', async () => {
     const app = await startApp();
+    const beforeStart = Date.now() / 1000;
     const run = await startRun(
       [
         '--ops-port',
@@ -281,6 +283,7 @@ describe('metrics', () => {
     try {
       // Before any traffic, each code's series is there at 0, so the first increment is seen.
       const fresh = await (await fetch(`${run.ops}/metrics`)).text();
+      const afterStart = Date.now() / 1000;
       for (const series of [
         'partner_events_dead_lettered_total{code="MALFORMED_ENVELOPE"}',
         'partner_events_dead_lettered_total{code="HANDLER_FAILED"}',
@@ -315,6 +318,13 @@ describe('metrics', () => {
         }
       }
       expect(scrape).toMatch(/^partner_events_dedupe_available 1$/m);
+      // When the worker started (PartnerEventsDeadLettered tells a new worker from a scrape gap
+      // by it): within the run's start, and the same at every scrape.
+      const startTime = (text: string) =>
+        Number(/^partner_events_start_time_seconds (\S+)$/m.exec(text)?.[1]);
+      expect(startTime(fresh)).toBeGreaterThanOrEqual(Math.floor(beforeStart));
+      expect(startTime(fresh)).toBeLessThanOrEqual(afterStart);
+      expect(startTime(scrape)).toBe(startTime(fresh));
       expect(scrape).toMatch(/^partner_events_abandoned_claims_total 0$/m);
       expect(scrape).toMatch(/^partner_events_dead_lettered_total\{code="MALFORMED_ENVELOPE"\} 1$/m);
       expect(scrape).toMatch(/^partner_events_dead_lettered_total\{code="HANDLER_FAILED"\} 0$/m);
@@ -334,6 +344,19 @@ describe('metrics', () => {
       else expect(name).not.toMatch(/_total$/);
       if (type === 'histogram') expect(name).toMatch(/_seconds$/);
     }
+  });
+
+  it("share a registry with prom-client's default metrics: the start time is our own series, not process_start_time_seconds", async () => {
+    const registry = new Registry();
+    collectDefaultMetrics({ register: registry });
+    new ConsumerMetrics({ registry });
+    const text = await registry.metrics();
+    expect(text).toMatch(/^process_start_time_seconds \d+$/m);
+    const started = Number(/^partner_events_start_time_seconds (\S+)$/m.exec(text)?.[1]);
+    expect(started).toBeGreaterThan(0);
+    expect(started).toBeLessThanOrEqual(Date.now() / 1000);
+    registry.resetMetrics(); // a reset leaves it as it was: it is set at each scrape
+    expect(await registry.metrics()).toContain(`partner_events_start_time_seconds ${started}\n`);
   });
 
   it('start a series at 0 for exactly the codes a delivery can be rejected, retried and dead-lettered with', async () => {

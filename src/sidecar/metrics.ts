@@ -165,11 +165,26 @@ export class ConsumerMetrics {
   }
 }
 
-/** Gauges read when scraped: messages in flight, whether /readyz would answer 200, the store's state. */
+/**
+ * Gauges read when scraped: when counting started, messages in flight, whether /readyz would
+ * answer 200, the store's state.
+ */
 function registerStateGauges(
   registers: Registry[],
   { inFlight, ready, dedupeAvailable }: ConsumerMetricsOptions,
 ): void {
+  // Ours, not process_start_time_seconds: a partner's collectDefaultMetrics() registers that name,
+  // and prom-client throws on a second one in a registry (or in Registry.merge). It is also the
+  // fact PartnerEventsDeadLettered needs: when these counters started, not when the process did.
+  const startedAt = Date.now() / 1000;
+  new Gauge({
+    name: 'partner_events_start_time_seconds',
+    help: 'When these counters started (Unix time, seconds): tells a new worker from a gap in scrapes.',
+    registers,
+    collect() {
+      this.set(startedAt); // set at each scrape, so that registry.resetMetrics() cannot zero it
+    },
+  });
   new Gauge({
     name: 'partner_events_in_flight',
     help: 'Messages being processed now.',
