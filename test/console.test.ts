@@ -13,8 +13,8 @@ import { consoleReplayCommand } from '../src/cli/run-console.js';
 import { createTestEnvelope, TEST_SIGNING_SECRET } from '../src/consumer/testing.js';
 import { deadLetterRecord } from '../src/core/dead-letter-record.js';
 import type { ErrorCode } from '../src/core/errors.js';
-import { resolveSidecarConfig } from '../src/sidecar/config.js';
-import { postEnvelope, startApp, startCli, startRun } from './support/cli.js';
+import { configFromFile, resolveSidecarConfig } from '../src/sidecar/config.js';
+import { postEnvelope, runCli, startApp, startCli, startRun } from './support/cli.js';
 import { tempDir } from './support/harness.js';
 
 const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
@@ -300,6 +300,41 @@ describe("the console's replay child", () => {
     expect([...replay.command, ...replay.args].join(' ')).not.toContain('s3cret');
     expect(replay.env).toEqual({ PARTNER_EVENTS_DEDUPE: store });
   });
+
+  it("sends the worker's config-file headers to the worker's own URL, also when run --forward moved it off the file's", async () => {
+    const dir = tempDir('phe-console-child-');
+    const fileApp = await startApp();
+    const workerApp = await startApp(); // another port: another origin than the file's forward.url
+    try {
+      const configFile = join(dir.path, 'worker.yaml');
+      writeFileSync(
+        configFile,
+        `forward:\n  url: ${fileApp.url}\n  headers:\n    Authorization: ${APP_TOKEN}\n`,
+      );
+      const config = resolveSidecarConfig({
+        file: configFromFile(configFile),
+        flags: {
+          source: 'http://127.0.0.1:0/events',
+          forward: workerApp.url,
+          dedupe: `sqlite:${join(dir.path, 'dedupe.db')}`,
+        },
+      });
+      const replay = consoleReplayCommand(config, configFile);
+      if (typeof replay === 'string') throw new Error(replay);
+      const event = createTestEnvelope('daily.data.steps.created');
+      const letters = join(dir.path, 'dead-letters.jsonl');
+      writeFileSync(letters, `${event.raw}\n`);
+      // The child's command line as ReplayJobs runs it, after `replay FILE`.
+      const result = await runCli(['replay', letters, ...replay.args, '--json'], { env: replay.env });
+      expect(result.code, result.stderr).toBe(0);
+      expect(fileApp.received).toHaveLength(0);
+      expect(workerApp.received.map((r) => r.headers.authorization)).toEqual([APP_TOKEN]);
+    } finally {
+      await fileApp.close();
+      await workerApp.close();
+      dir.cleanup();
+    }
+  }, 60_000);
 });
 
 describe('demo --console', () => {

@@ -8,6 +8,7 @@ import { ReceiveMessageCommand } from '@aws-sdk/client-sqs';
 import { QueueClient } from '@azure/storage-queue';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { envelopeText } from '../adapters/event-hubs/body.js';
+import { workerSettings } from '../src/cli/replay-config.js';
 import { createTestEnvelope, forgedEnvelope, TEST_SIGNING_SECRET } from '../src/consumer/testing.js';
 import { createRedisDedupe } from '../src/dedupe/redis.js';
 import { createSqliteDedupe } from '../src/dedupe/sqlite.js';
@@ -230,21 +231,40 @@ describe('replay --config (the worker config file)', () => {
     }
   });
 
-  it('flags win over the file; the file still gives the headers', async () => {
+  it("flags win over the file, but the file's headers go only to its own origin", async () => {
     const event = createTestEnvelope('daily.data.steps.created');
     const file = writeJsonl(dir.path, 'dead.jsonl', [deadRecord(event.raw)]);
     const workerApp = await startApp();
-    const otherApp = await startApp();
+    const otherApp = await startApp(); // another port: another origin
     try {
       const config = workerConfig(workerApp.url);
-      const result = await runCli(
-        ['replay', file, '--config', config, '--forward', otherApp.url, '--dedupe', 'memory', '--json'],
-        { env },
-      );
-      expect(result.code, result.stderr).toBe(0);
+      const toOther = ['replay', file, '--config', config, '--forward', otherApp.url, '--dedupe', 'memory'];
+      const result = await runCli([...toOther, '--json'], { env });
+      expect(result.code, result.stderr).toBe(0); // as for any replay that delivered everything
       expect(workerApp.received).toHaveLength(0);
-      expect(otherApp.received.map((r) => r.headers.authorization)).toEqual([TOKEN]);
+      expect(otherApp.received).toHaveLength(1);
+      expect(otherApp.received[0]?.headers.authorization).toBeUndefined();
+      expect(otherApp.received[0]?.headers['x-internal-caller']).toBeUndefined();
       expect(existsSync(join(dir.path, 'worker-dedupe.db'))).toBe(false); // --dedupe memory won
+      // Said once on stderr, by name and why; the summary and the replay log keep the names.
+      const note = result.stderr.split('\n').filter((line) => line.includes('NOT SENT'));
+      expect(note).toEqual([
+        `NOT SENT: the --config file's forward.headers Authorization, X-Internal-Caller: the file's headers are for ${workerApp.origin}, not ${otherApp.origin}; give --send-config-headers to send them to ${otherApp.origin} anyway`,
+      ]);
+      expect(jsonLines(result.stdout).at(-1)).toMatchObject({
+        forwarded: 1,
+        headers_withheld: ['Authorization', 'X-Internal-Caller'],
+      });
+      const log = readJsonl(join(dir.path, 'partner-events-replays.jsonl'));
+      expect(log.at(-1)).toMatchObject({ headers_withheld: ['Authorization', 'X-Internal-Caller'] });
+      const text = await runCli(toOther, { env }); // the text report (the memory store: sent again)
+      expect(text.stdout).toContain('not sent (another origin)');
+      for (const output of [result.stdout, result.stderr, text.stdout, text.stderr]) {
+        expect(output).not.toContain('worker-internal-token');
+      }
+      expect(readFileSync(join(dir.path, 'partner-events-replays.jsonl'), 'utf8')).not.toContain(
+        'worker-internal-token',
+      );
       // A bad file is named, and nothing is sent.
       writeFileSync(config, 'forward:\n  url: ftp://example\n');
       const bad = await runCli(['replay', file, '--config', config, '--dry-run'], { env });
@@ -254,6 +274,118 @@ describe('replay --config (the worker config file)', () => {
       await workerApp.close();
       await otherApp.close();
     }
+  });
+
+  it('sends the headers to --forward on the same origin (another path), and to another with --send-config-headers', async () => {
+    const workerApp = await startApp();
+    const otherApp = await startApp();
+    try {
+      const config = workerConfig(workerApp.url);
+      const replayTo = (url: string, ...extra: string[]) => {
+        const event = createTestEnvelope('daily.data.steps.created');
+        const file = writeJsonl(dir.path, 'dead.jsonl', [deadRecord(event.raw)]);
+        return runCli(
+          ['replay', file, '--config', config, '--forward', url, '--dedupe', 'memory', ...extra],
+          {
+            env,
+          },
+        );
+      };
+      const samePlace = await replayTo(`${workerApp.origin}/v2/events`);
+      expect(samePlace.code, samePlace.stderr).toBe(0);
+      expect(workerApp.received.map((r) => [r.path, r.headers.authorization])).toEqual([
+        ['/v2/events', TOKEN],
+      ]);
+      expect(samePlace.stderr).not.toContain('NOT SENT');
+      const optedIn = await replayTo(otherApp.url, '--send-config-headers');
+      expect(optedIn.code, optedIn.stderr).toBe(0);
+      expect(otherApp.received.map((r) => r.headers.authorization)).toEqual([TOKEN]);
+      expect(optedIn.stderr).not.toContain('NOT SENT');
+      const noConfig = await runCli([
+        'replay',
+        writeJsonl(dir.path, 'dead.jsonl', []),
+        '--forward',
+        otherApp.url,
+        '--send-config-headers',
+      ]);
+      expect(noConfig.code).toBe(2);
+      expect(noConfig.stderr).toContain('--send-config-headers');
+    } finally {
+      await workerApp.close();
+      await otherApp.close();
+    }
+  });
+
+  it("sends the headers of a file without forward.url to --forward: the worker's URL is a flag too", async () => {
+    const event = createTestEnvelope('daily.data.steps.created');
+    const file = writeJsonl(dir.path, 'dead.jsonl', [deadRecord(event.raw)]);
+    const app = await startApp();
+    try {
+      const config = join(dir.path, 'worker.yaml');
+      writeFileSync(config, `forward:\n  headers:\n    Authorization: ${TOKEN}\n`);
+      const result = await runCli(
+        ['replay', file, '--config', config, '--forward', app.url, '--dedupe', 'memory'],
+        {
+          env: { LOG_LEVEL: 'warn' },
+        },
+      );
+      expect(result.code, result.stderr).toBe(0);
+      expect(app.received.map((r) => r.headers.authorization)).toEqual([TOKEN]);
+      expect(result.stderr).not.toContain('NOT SENT');
+    } finally {
+      await app.close();
+    }
+  });
+});
+
+describe('workerSettings: which --forward URLs are the config file’s origin', () => {
+  const headers = { Authorization: 'Bearer t' };
+  const settingsFor = (fileUrl: string, forward: string, sendConfigHeaders = false) => {
+    const path = join(dir.path, 'worker.json');
+    writeFileSync(path, JSON.stringify({ forward: { url: fileUrl, headers } }));
+    return workerSettings(path, {
+      forward,
+      to: undefined,
+      dedupe: undefined,
+      secretsFile: undefined,
+      sendConfigHeaders,
+    });
+  };
+
+  it.each([
+    ['http://app.internal/events', 'http://app.internal:80/v2'],
+    ['https://app.internal:443/events', 'https://APP.internal/other?x=1'],
+    ['http://127.0.0.1:8080/a', 'http://127.0.0.1:8080/b'],
+  ])('%s and %s: one origin, the headers are sent', (fileUrl, forward) => {
+    const settings = settingsFor(fileUrl, forward);
+    expect(settings.forward?.headers).toEqual(headers);
+    expect(settings.withheldHeaders).toBeUndefined();
+  });
+
+  it.each([
+    [
+      'http://app.internal/events',
+      'https://app.internal/events',
+      'http://app.internal',
+      'https://app.internal',
+    ],
+    [
+      'https://app.internal/events',
+      'https://app.internal:8443/events',
+      'https://app.internal',
+      'https://app.internal:8443',
+    ],
+    [
+      'https://app.internal/events',
+      'https://staging.internal/events',
+      'https://app.internal',
+      'https://staging.internal',
+    ],
+  ])('%s and %s: other origins, the headers are withheld', (fileUrl, forward, fileOrigin, forwardOrigin) => {
+    const settings = settingsFor(fileUrl, forward);
+    expect(settings.forward).toMatchObject({ url: forward, headers: {} });
+    expect(settings.withheldHeaders).toEqual({ names: ['Authorization'], fileOrigin, forwardOrigin });
+    expect(settingsFor(fileUrl, forward, true).forward?.headers).toEqual(headers);
   });
 });
 

@@ -25,6 +25,8 @@ export interface ReplayAuditRecord {
   readonly target: string | null;
   readonly dry_run: boolean;
   readonly force: boolean;
+  /** The `--config` file's header names a replay did not send (another origin); absent when none. */
+  readonly headers_withheld?: readonly string[];
   readonly filters: Record<string, unknown>;
   readonly exit_code: number;
   readonly interrupted: boolean;
@@ -75,6 +77,7 @@ export async function appendReplayAudit(
     target: run.target,
     dry_run: run.dry_run,
     force: run.force,
+    ...(run.headers_withheld ? { headers_withheld: run.headers_withheld } : {}),
     filters: run.filters,
     exit_code: run.exit_code,
     interrupted: run.interrupted,

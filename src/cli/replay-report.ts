@@ -117,6 +117,8 @@ export interface ReplaySummary {
   dry_run: boolean;
   /** Present when `--max` ended the read of a file that has more records. */
   stopped_at_max?: true;
+  /** The `--config` file's header names not sent, `--forward` being another origin (set by the CLI). */
+  headers_withheld?: string[];
 }
 
 /** Said when `--max` left records of a file unread. */
@@ -236,6 +238,12 @@ export class ReplayReport {
     if (summary.filtered_out > 0) writeLine(`left out by the filters: ${summary.filtered_out} records`);
     if (summary.forced > 0) writeLine(`--force re-drove ${summary.forced} events already marked done`);
     if (summary.stopped_at_max) writeLine(STOPPED_AT_MAX);
+    if (summary.headers_withheld)
+      writeLine(
+        terminalSafe(
+          `not sent (another origin): the --config file's headers ${summary.headers_withheld.join(', ')}`,
+        ),
+      );
     if (summary.total > 0) for (const line of this.tally.table()) writeLine(line);
     if (summary.dead_letter_file)
       writeLine(terminalSafe(`events that still fail: ${summary.dead_letter_file}`));

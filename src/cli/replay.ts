@@ -25,7 +25,7 @@ import {
 import { parseFilter, parseTimeMs } from './filters.js';
 import { parseRate } from './rate.js';
 import { appendReplayAudit, filtersOf, REPLAY_LOG_NAME, replayLogPath } from './replay-audit.js';
-import { ENV_DEDUPE, workerSettings } from './replay-config.js';
+import { ENV_DEDUPE, type WithheldHeaders, withheldHeadersNote, workerSettings } from './replay-config.js';
 import { type DryRunOptions, dryRun } from './replay-dry-run.js';
 import type { ReplayEventRow } from './replay-report.js';
 import { openReplayReader, REPLAY_FORMS, runReplay } from './replay-run.js';
@@ -50,7 +50,9 @@ SOURCE: ${REPLAY_FORMS}
                        consumes: ${TARGET_FORMS}
   --config FILE        the worker's config file (as for run): the forward URL, timeout and extra
                        headers (e.g. an internal token, never given on the command line), the
-                       dedupe store and the secrets file; the flags here win over it
+                       dedupe store and the secrets file; the flags here win over it, but the
+                       file's headers go with --forward URL only to its forward.url's origin
+  --send-config-headers  send the --config file's headers to --forward URL on another origin too
   --dedupe SPEC        sqlite:PATH, redis://…, redis-cluster://… or memory; use the worker's store
                        (default: ${ENV_DEDUPE}, else the --config file's, else ${DEFAULT_DEDUPE})
   --force              also re-drive events the dedupe store marks as done (logged loudly)
@@ -100,6 +102,7 @@ export async function replayCommand(args: string[]): Promise<number> {
   const deadLetter = options.deadLetter ?? defaultDeadLetterPath(options.source);
   if (!options.dryRun) await checkDeadLetterFile(deadLetter);
   const logger = createLogger({ level: process.env.LOG_LEVEL ?? 'warn' }, process.stderr);
+  if (options.withheldHeaders) process.stderr.write(`${withheldHeadersNote(options.withheldHeaders)}\n`);
   // Opened before the store, so a bad --to fails before anything else is touched.
   const target =
     options.to && !options.dryRun
@@ -136,6 +139,7 @@ const REPLAY_OPTIONS = {
   forward: { type: 'string' },
   to: { type: 'string' },
   config: { type: 'string' },
+  'send-config-headers': { type: 'boolean', default: false },
   force: { type: 'boolean', default: false },
   dedupe: { type: 'string' },
   json: { type: 'boolean', default: false },
@@ -172,6 +176,8 @@ interface ReplayArgs extends DryRunOptions {
   readonly dedupeKeys: { tenant?: string; retentionMs?: number };
   /** Extra request headers to the app, from the worker's config file only (never argv). */
   readonly forwardHeaders: Readonly<Record<string, string>>;
+  /** The file's headers not sent: `--forward` names another origin than the file's `forward.url`. */
+  readonly withheldHeaders: WithheldHeaders | undefined;
   /** `--dead-letter`; default beside FILE, or in the current folder. */
   readonly deadLetter: string | undefined;
   readonly attempts: number;
@@ -236,11 +242,15 @@ function fromWorkerConfig(values: ReplayValues) {
     to: values.to,
     dedupe: values.dedupe,
     secretsFile: values['secrets-file'],
+    sendConfigHeaders: values['send-config-headers'],
   };
+  if (flags.sendConfigHeaders && !values.config)
+    throw new UsageError('--send-config-headers sends the headers of a --config FILE: give one');
   const worker = values.config ? workerSettings(values.config, flags) : undefined;
   return {
     forward: flags.to === undefined ? (worker?.forward?.url ?? flags.forward) : flags.forward,
     forwardHeaders: worker?.forward?.headers ?? {},
+    withheldHeaders: worker?.withheldHeaders,
     timeoutMs: worker?.forward?.timeoutMs ?? 10_000,
     // As for run: the flag, then the environment (how the console hands the worker's store to
     // its replay child: a Redis URL may hold a password, and a command line is public), then the file.
@@ -323,7 +333,7 @@ async function replay(options: ReplayArgs, parts: ReplayParts, audit: AuditFacts
   // The same OTEL_* variables as run: replay's spans go where the worker's go.
   const traces = await startTraceExport(process.env);
   try {
-    const { summary, interrupted, report } = await runReplay({
+    const run = await runReplay({
       ...parts,
       filter: options.filter,
       forward: options.forward,
@@ -340,6 +350,9 @@ async function replay(options: ReplayArgs, parts: ReplayParts, audit: AuditFacts
       progress: !options.json,
       ...(options.json ? { onEvent: (row: ReplayEventRow) => writeLine(JSON.stringify(row)) } : {}),
     });
+    const { interrupted, report } = run;
+    const withheld = options.withheldHeaders?.names;
+    const summary = withheld ? { ...run.summary, headers_withheld: [...withheld] } : run.summary;
     report.print(summary, { source: describeSpec(options.source, 'replay'), interrupted });
     const exitCode = summary.failed === 0 && summary.rejected === 0 && !interrupted ? 0 : 1;
     await audited(options, audit, exitCode, { counts: { ...summary }, interrupted });
@@ -367,6 +380,7 @@ async function audited(
         : null,
     dry_run: options.dryRun,
     force: options.force,
+    ...(options.withheldHeaders ? { headers_withheld: [...options.withheldHeaders.names] } : {}),
     filters: filtersOf(options.filter, options.max === undefined ? {} : { max: options.max }),
     exit_code: exitCode,
     interrupted: run.interrupted,

@@ -60,6 +60,10 @@ export function consoleReplayCommand(config: SidecarConfig, configFile: string |
       String(config.forward.timeoutMs),
       ...(config.secretsFile ? ['--secrets-file', config.secretsFile] : []),
       ...(configFile ? ['--config', configFile] : []),
+      // The child forwards to the worker's own URL, where the worker sends these same headers
+      // (checked above), also when `run --forward` or the environment moved it off the file's
+      // forward.url: a replay to another origin than the file's would otherwise withhold them.
+      ...(configFile && Object.keys(config.forward.headers).length > 0 ? ['--send-config-headers'] : []),
     ],
     description: describeUrl(config.forward.url),
     // The store through the environment, not the command line: a Redis URL may hold a password.
@@ -82,7 +86,13 @@ function headersNotFromFile(
   if (!configFile) return fromEnv;
   let inFile: Readonly<Record<string, string>>;
   try {
-    const flags = { forward: forward.url, to: undefined, dedupe: undefined, secretsFile: undefined };
+    const flags = {
+      forward: forward.url,
+      to: undefined,
+      dedupe: undefined,
+      secretsFile: undefined,
+      sendConfigHeaders: true, // the file's headers, wherever its forward.url points
+    };
     inFile = workerSettings(configFile, flags).forward?.headers ?? {};
   } catch {
     // Valid only with the environment's values on top, which a replay would not read.
