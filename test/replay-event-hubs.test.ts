@@ -68,6 +68,18 @@ replayContract('Event Hubs poison hub', {
       stored: () => allEvents(poison),
     };
   },
+  async fresh(envelopes) {
+    const hub = await broker.createHub(2);
+    for (const [i, e] of envelopes.entries()) await hub.publish(String(i % 2), e.raw);
+    return {
+      spec: `azure-event-hubs:${hub.name}`,
+      env: { EVENTHUBS_CONNECTION_STRING: hub.connectionString },
+      args: ['--consumer-group', 'replay'],
+      auditNames: hub.name,
+      available: () => allEvents(hub),
+      stored: () => allEvents(hub),
+    };
+  },
 });
 
 describe('replay a main hub over a time window', () => {

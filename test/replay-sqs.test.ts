@@ -5,7 +5,7 @@
  * once (with its code).
  */
 import { join } from 'node:path';
-import { GetQueueAttributesCommand, SendMessageCommand } from '@aws-sdk/client-sqs';
+import { GetQueueAttributesCommand, SendMessageCommand, type SQSClient } from '@aws-sdk/client-sqs';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { sqsReplayReader } from '../adapters/sqs/replay-reader.js';
 import { silentLogger } from '../src/core/logger.js';
@@ -19,7 +19,7 @@ import {
   sqsCounts,
   startFauxqs,
 } from './support/fauxqs.js';
-import { replayContract } from './support/replay-contract.js';
+import { type ReplayFixture, replayContract } from './support/replay-contract.js';
 
 let fauxqs: FauxqsServer;
 
@@ -74,33 +74,46 @@ replayContract('SQS dead-letter queue', {
       await worker.stop();
       await down.close();
     }
-    return {
-      spec: `sqs:${dlq.url}`,
-      env,
-      args: ['--settle-seconds', '1'],
-      auditNames: new URL(dlq.url).host,
-      /** Visible messages, once none is in flight. */
-      async available() {
-        let counts = await sqsCounts(client, dlq.url);
-        await vi.waitFor(
-          async () => {
-            counts = await sqsCounts(client, dlq.url);
-            expect(counts.inFlight).toBe(0);
-          },
-          { timeout: 20_000, interval: 100 },
-        );
-        return counts.visible;
-      },
-      async stored() {
-        const { visible, inFlight } = await sqsCounts(client, dlq.url);
-        return visible + inFlight;
-      },
-      async cleanup() {
-        client.destroy();
-      },
-    };
+    return sqsFixture(client, dlq.url);
+  },
+  async fresh(envelopes) {
+    const client = fauxqsClient(fauxqs.endpoint);
+    const queue = await createQueue(client, 'max-dlq');
+    for (const e of envelopes) {
+      await client.send(new SendMessageCommand({ QueueUrl: queue.url, MessageBody: e.raw }));
+    }
+    return sqsFixture(client, queue.url);
   },
 });
+
+/** A queue as the replay contract reads it. */
+function sqsFixture(client: SQSClient, queueUrl: string): ReplayFixture {
+  return {
+    spec: `sqs:${queueUrl}`,
+    env: fauxqsEnv(fauxqs.endpoint),
+    args: ['--settle-seconds', '1'],
+    auditNames: new URL(queueUrl).host,
+    /** Visible messages, once none is in flight. */
+    async available() {
+      let counts = await sqsCounts(client, queueUrl);
+      await vi.waitFor(
+        async () => {
+          counts = await sqsCounts(client, queueUrl);
+          expect(counts.inFlight).toBe(0);
+        },
+        { timeout: 20_000, interval: 100 },
+      );
+      return counts.visible;
+    },
+    async stored() {
+      const { visible, inFlight } = await sqsCounts(client, queueUrl);
+      return visible + inFlight;
+    },
+    async cleanup() {
+      client.destroy();
+    },
+  };
+}
 
 describe('the SQS replay reader', () => {
   it('keeps the trace context: a traceparent attribute comes with the message, and every receive asks for AWSTraceHeader', async () => {

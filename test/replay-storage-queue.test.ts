@@ -3,12 +3,12 @@
  * on one Azurite: the worker fills the poison queue itself (what keeps failing after its attempts,
  * what is malformed at once); a poison copy carries no code.
  */
-import { QueueServiceClient } from '@azure/storage-queue';
+import { type QueueClient, QueueServiceClient } from '@azure/storage-queue';
 import { afterAll, beforeAll } from 'vitest';
 import { createStorageQueueAdapter } from '../adapters/storage-queue/index.js';
 import { silentLogger } from '../src/core/logger.js';
 import { Azurite } from './support/azurite.js';
-import { fillWithFailingWorker, replayContract } from './support/replay-contract.js';
+import { fillWithFailingWorker, type ReplayFixture, replayContract } from './support/replay-contract.js';
 
 let azurite: Azurite;
 
@@ -26,9 +26,7 @@ replayContract('Storage Queue poison queue', {
     const queue = service.getQueueClient('orders');
     await queue.create();
     const poison = service.getQueueClient('orders-poison');
-    /** Messages on the poison queue that another reader could take now. */
-    const visible = async () =>
-      (await poison.peekMessages({ numberOfMessages: 32 })).peekedMessageItems.length;
+    const visible = () => visibleOn(poison);
     // Each failed event is copied to orders-poison (the mismatch at once).
     await fillWithFailingWorker(context, {
       source: createStorageQueueAdapter({
@@ -41,15 +39,32 @@ replayContract('Storage Queue poison queue', {
       send: async (e) => void (await queue.sendMessage(e.raw)),
       sideChannel: async () => ((await poison.exists()) ? visible() : 0),
     });
-    return {
-      spec: `azure-storage-queue:${poison.name}`,
-      env: { AZURE_STORAGE_CONNECTION_STRING: azurite.connectionString },
-      args: ['--settle-seconds', '1'],
-      auditNames: poison.name,
-      available: visible,
-      async stored() {
-        return (await poison.getProperties()).approximateMessagesCount ?? -1;
-      },
-    };
+    return queueFixture(poison);
+  },
+  async fresh(envelopes) {
+    const service = QueueServiceClient.fromConnectionString(azurite.connectionString);
+    const queue = service.getQueueClient('max-poison');
+    await queue.create();
+    for (const e of envelopes) await queue.sendMessage(e.raw);
+    return queueFixture(queue);
   },
 });
+
+/** Messages on the queue that another reader could take now. */
+async function visibleOn(queue: QueueClient): Promise<number> {
+  return (await queue.peekMessages({ numberOfMessages: 32 })).peekedMessageItems.length;
+}
+
+/** A poison queue as the replay contract reads it. */
+function queueFixture(queue: QueueClient): ReplayFixture {
+  return {
+    spec: `azure-storage-queue:${queue.name}`,
+    env: { AZURE_STORAGE_CONNECTION_STRING: azurite.connectionString },
+    args: ['--settle-seconds', '1'],
+    auditNames: queue.name,
+    available: () => visibleOn(queue),
+    async stored() {
+      return (await queue.getProperties()).approximateMessagesCount ?? -1;
+    },
+  };
+}

@@ -10,6 +10,7 @@ import { AdapterError, ConfigError, errorMessage } from '../../src/core/errors.j
 import { redact } from '../../src/core/redact.js';
 import {
   createSideChannelReader,
+  type MaxStop,
   type ReplayReader,
   type ReplayReaderContext,
   type SideChannel,
@@ -77,12 +78,23 @@ interface PartitionRange {
   readonly count: number | undefined;
 }
 
+/** A buffered event, with where the hub keeps it. */
+interface HubEvent {
+  readonly message: SideChannelMessage;
+  readonly partitionId: string;
+  readonly sequenceNumber: number;
+  /** When this hub accepted it (ms); a poison copy's `enqueuedAt` is the main hub's. */
+  readonly enqueuedOn: number;
+}
+
 class HubChannel implements SideChannel {
   readonly kind = 'hub';
   readonly name: string;
   readonly #client: EventHubConsumerClient;
   readonly #context: ReplayReaderContext;
-  readonly #buffer: SideChannelMessage[] = [];
+  readonly #buffer: HubEvent[] = [];
+  /** The last event handed out of each partition. */
+  readonly #reached = new Map<string, HubEvent>();
   readonly #arrived = new Waker();
   readonly #drained = new Waker();
   readonly #subscriptions: Subscription[] = [];
@@ -115,8 +127,31 @@ class HubChannel implements SideChannel {
       await this.#arrived.wait(wait);
     }
     const batch = this.#buffer.splice(0, max);
+    for (const event of batch) this.#reached.set(event.partitionId, event);
     this.#drained.wake();
-    return batch;
+    return batch.map((event) => event.message);
+  }
+
+  /**
+   * Where `--max` stopped the read: the last sequence number read of each partition, and the
+   * earliest enqueue time a later run must read from. A partition's events before the end read
+   * to remain when some are buffered, or when it is still open and that end was its last event
+   * at start; with `--until` an open partition may hold none.
+   */
+  async leftAfterMax(): Promise<MaxStop | 'none'> {
+    const unread = this.#ranges.filter(
+      (r) => this.#open.has(r.partitionId) || this.#buffer.some((e) => e.partitionId === r.partitionId),
+    );
+    if (unread.length === 0) return 'none';
+    const surely = this.#buffer.length > 0 || this.#context.until === undefined;
+    const starts = unread.map((range) => {
+      const next = this.#buffer.find((e) => e.partitionId === range.partitionId);
+      return (next ?? this.#reached.get(range.partitionId))?.enqueuedOn ?? this.#context.since;
+    });
+    const sequenceNumbers: Record<string, number> = {};
+    for (const [id, event] of this.#reached) sequenceNumbers[id] = event.sequenceNumber;
+    const since = starts.includes(undefined) ? undefined : Math.min(...(starts as number[]));
+    return { unread: surely ? 'remain' : 'may-remain', resume: { sequenceNumbers, since } };
   }
 
   // A hub is read, never changed.
@@ -180,7 +215,12 @@ class HubChannel implements SideChannel {
         this.#end(range.partitionId);
         return;
       }
-      this.#buffer.push(hubMessage(event, range.partitionId));
+      this.#buffer.push({
+        message: hubMessage(event, range.partitionId),
+        partitionId: range.partitionId,
+        sequenceNumber: event.sequenceNumber,
+        enqueuedOn: event.enqueuedTimeUtc.getTime(),
+      });
       if (event.sequenceNumber >= range.lastSequenceNumber) {
         this.#end(range.partitionId);
         return;

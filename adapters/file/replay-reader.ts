@@ -1,6 +1,6 @@
 import { createReadStream } from 'node:fs';
 import type { Outcome } from '../../src/core/outcome.js';
-import type { ReplayMessage, ReplayReader } from '../../src/core/replay-reader.js';
+import type { MaxStop, ReplayMessage, ReplayReader } from '../../src/core/replay-reader.js';
 import { createFileSource, type FileMessage, type FileSource } from './adapter.js';
 
 /** A record of a replayed JSONL file: its line number is its position. */
@@ -34,9 +34,9 @@ export class FileReplayReader implements ReplayReader<FileReplayMessage> {
     return this.#max === undefined ? lines : Math.min(lines, this.#max);
   }
 
-  /** True when `max` ended the read with records left in the file. */
-  get stoppedAtMax(): boolean {
-    return this.#inner.stoppedAtMax;
+  /** Set when `max` ended the read with records left in the file. */
+  get stoppedAtMax(): MaxStop | undefined {
+    return this.#inner.stoppedAtMax ? { unread: 'remain' } : undefined;
   }
 
   async receive(max: number, signal: AbortSignal): Promise<readonly FileReplayMessage[] | null> {

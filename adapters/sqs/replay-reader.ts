@@ -89,6 +89,8 @@ function sqsChannel(
       await Promise.all(messages.map((m) => setVisibility(m, visibility)));
     },
     total: () => approximateCount(client, queueUrl),
+    leftAfterMax: async () =>
+      (await heldAnywhere(client, queueUrl)) === 0 ? 'none' : { unread: 'may-remain' },
     close: async () => client.destroy(),
   };
 }
@@ -130,6 +132,23 @@ async function approximateCount(client: SQSClient, queueUrl: string): Promise<nu
   );
   const n = Number(Attributes.ApproximateNumberOfMessages);
   return Number.isFinite(n) ? n : undefined;
+}
+
+/**
+ * Messages the queue holds, visible, in flight or delayed (approximate: SQS counts lag a little, so
+ * 0 says empty only as far as SQS knows).
+ */
+async function heldAnywhere(client: SQSClient, queueUrl: string): Promise<number | undefined> {
+  const names = [
+    'ApproximateNumberOfMessages',
+    'ApproximateNumberOfMessagesNotVisible',
+    'ApproximateNumberOfMessagesDelayed',
+  ] as const;
+  const { Attributes = {} } = await client.send(
+    new GetQueueAttributesCommand({ QueueUrl: queueUrl, AttributeNames: [...names] }),
+  );
+  const counts = names.map((name) => Number(Attributes[name]));
+  return counts.every(Number.isFinite) ? counts.reduce((a, b) => a + b, 0) : undefined;
 }
 
 /**

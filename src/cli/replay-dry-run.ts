@@ -9,7 +9,7 @@ import { describeUrl } from '../sidecar/forward.js';
 import { describeSpec } from '../transports.js';
 import { writeLine } from './common.js';
 import type { ReplayFilter } from './filters.js';
-import { STOPPED_AT_MAX, whereRead } from './replay-report.js';
+import { maxStopFields, stoppedAtMaxLine, whereRead } from './replay-report.js';
 import { type ReplayMessage, ReplaySource, recordedCode } from './replay-source.js';
 import { terminalSafe, terminalSafeLines } from './terminal-safe.js';
 
@@ -100,7 +100,7 @@ export async function dryRun(
     await source.close();
     await dedupe.close();
   }
-  const stopped = reader.stoppedAtMax ? { stopped_at_max: true } : {};
+  const stopped = maxStopFields(reader.stoppedAtMax);
   const summary = {
     ...counts,
     filtered_out: source.filteredOut,
@@ -114,7 +114,7 @@ export async function dryRun(
       ? JSON.stringify(summary)
       : `dry run: ${JSON.stringify({ ...counts, filtered_out: source.filteredOut, ...stopped })} (nothing was changed)`,
   );
-  if (reader.stoppedAtMax && !options.json) writeLine(STOPPED_AT_MAX);
+  if (stopped.stopped_at_max && !options.json) writeLine(stoppedAtMaxLine(reader.kind, stopped));
   return { exitCode: counts.rejected === 0 && counts.errors === 0 ? 0 : 1, summary };
 }
 

@@ -1,5 +1,6 @@
 import type { SettledReport } from '../consumer/consumer.js';
 import { type ErrorCode, VERIFICATION_CODES } from '../core/errors.js';
+import type { MaxStop, ReplayReader } from '../core/replay-reader.js';
 import { writeLine } from './common.js';
 import { Progress } from './progress.js';
 import { type ReplayMessage, recordedCode } from './replay-source.js';
@@ -115,15 +116,62 @@ export interface ReplaySummary {
   target: string | null;
   dead_letter_file: string | null;
   dry_run: boolean;
-  /** Present when `--max` ended the read of a file that has more records. */
+  /** Present when `--max` ended the read while messages remained unread, or may have. */
   stopped_at_max?: true;
+  /** With `stopped_at_max`: `remain` (the reader saw unread messages) or `may-remain` (it cannot tell). */
+  unread?: MaxStop['unread'];
+  /** With `stopped_at_max`, from a hub: where the read stopped and the `--since` to read on with. */
+  resume?: { since: string | null; sequence_numbers: Record<string, number> };
   /** The `--config` file's header names not sent, `--forward` being another origin (set by the CLI). */
   headers_withheld?: string[];
+}
+
+/** The summary's fields for where `--max` stopped the read (none when it did not). */
+export function maxStopFields(
+  stop: MaxStop | undefined,
+): Pick<ReplaySummary, 'stopped_at_max' | 'unread' | 'resume'> {
+  if (!stop) return {};
+  const { resume } = stop;
+  return {
+    stopped_at_max: true,
+    unread: stop.unread,
+    ...(resume
+      ? {
+          resume: {
+            since: resume.since === undefined ? null : new Date(resume.since).toISOString(),
+            sequence_numbers: { ...resume.sequenceNumbers },
+          },
+        }
+      : {}),
+  };
 }
 
 /** Said when `--max` left records of a file unread. */
 export const STOPPED_AT_MAX =
   'stopped at --max: the rest of the file was not read (run again without --max: events done now are duplicates then)';
+
+/**
+ * Said when `--max` stopped the read, in the source's terms: a queue keeps what was not read
+ * (run again); a hub says where to read on from.
+ */
+export function stoppedAtMaxLine(
+  kind: ReplayReader['kind'],
+  summary: Pick<ReplaySummary, 'unread' | 'resume'>,
+): string {
+  const may = summary.unread === 'remain' ? '' : 'may ';
+  if (kind === 'file') return STOPPED_AT_MAX;
+  if (kind === 'queue')
+    return `stopped at --max: messages ${may}remain in the queue (those not read were left there, untouched): run again`;
+  const { resume } = summary;
+  const reached = Object.entries(resume?.sequence_numbers ?? {})
+    .map(([partition, sequence]) => `partition ${partition} at ${sequence}`)
+    .join(', ');
+  const from = resume?.since ? `with --since ${resume.since}` : 'without --since (from the oldest event)';
+  return terminalSafe(
+    `stopped at --max: events ${may}remain on the hub after those read (last sequence number read: ${reached || 'none'}): ` +
+      `to read on, run again ${from}, keeping any --until (events done now are duplicates then)`,
+  );
+}
 
 /**
  * Follows a replay as records settle: tallies each final outcome (a retry is not final), keeps
@@ -138,12 +186,15 @@ export class ReplayReport {
   /** What a record that went through counts as: `forwarded`, or `injected` with `--to`. */
   readonly #sent: ReplayOutcome;
   readonly #json: boolean;
+  readonly #sourceKind: ReplayReader['kind'];
   readonly #onEvent: ((row: ReplayEventRow) => void) | undefined;
   #lastPosition = 0;
 
   constructor(options: {
     /** Messages to read, when known (a file's lines, a queue's size, a hub's ranges). */
     total: number | undefined;
+    /** What the messages are read from (the wording of `stopped_at_max`). */
+    sourceKind: ReplayReader['kind'];
     sent: ReplayOutcome;
     /** Print the summary as a JSON line (the per-event lines go to `onEvent`). */
     json: boolean;
@@ -155,6 +206,7 @@ export class ReplayReport {
     this.#progress = options.progress === false ? undefined : new Progress(options.total);
     this.#sent = options.sent;
     this.#json = options.json;
+    this.#sourceKind = options.sourceKind;
     this.#onEvent = options.onEvent;
   }
 
@@ -198,7 +250,7 @@ export class ReplayReport {
     filteredOut: number;
     target: string;
     deadLetterFile: string | null;
-    stoppedAtMax: boolean;
+    stoppedAtMax: MaxStop | undefined;
   }): ReplaySummary {
     const o = this.tally.byOutcome;
     return {
@@ -215,7 +267,7 @@ export class ReplayReport {
       target: facts.target,
       dead_letter_file: facts.deadLetterFile,
       dry_run: false,
-      ...(facts.stoppedAtMax ? { stopped_at_max: true as const } : {}),
+      ...maxStopFields(facts.stoppedAtMax),
     };
   }
 
@@ -237,7 +289,7 @@ export class ReplayReport {
     );
     if (summary.filtered_out > 0) writeLine(`left out by the filters: ${summary.filtered_out} records`);
     if (summary.forced > 0) writeLine(`--force re-drove ${summary.forced} events already marked done`);
-    if (summary.stopped_at_max) writeLine(STOPPED_AT_MAX);
+    if (summary.stopped_at_max) writeLine(stoppedAtMaxLine(this.#sourceKind, summary));
     if (summary.headers_withheld)
       writeLine(
         terminalSafe(

@@ -88,6 +88,7 @@ export async function runReplay(options: ReplayRunOptions): Promise<ReplayRunRes
   const sink = createJsonlDeadLetters(options.deadLetterPath);
   const report = new ReplayReport({
     total: await options.reader.total().catch(() => undefined),
+    sourceKind: options.reader.kind,
     sent: options.target ? 'injected' : 'forwarded',
     json: options.json ?? false,
     onEvent: options.onEvent,
@@ -110,7 +111,7 @@ export async function runReplay(options: ReplayRunOptions): Promise<ReplayRunRes
     filteredOut: source.filteredOut,
     target: options.target ? options.target.name : describeUrl(options.forward as string),
     deadLetterFile: sink.count > 0 ? options.deadLetterPath : null,
-    stoppedAtMax: options.reader.stoppedAtMax === true,
+    stoppedAtMax: options.reader.stoppedAtMax,
   });
   return { summary, interrupted, report };
 }

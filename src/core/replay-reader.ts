@@ -37,8 +37,33 @@ export interface ReplayReader<M extends ReplayMessage = ReplayMessage> extends S
   skip(message: M): Promise<void>;
   /** A message only looked at (dry run): kept hidden until `close`, then visible again, unchanged. */
   hold(message: M): Promise<void>;
-  /** True when `max` (`--max`) ended the read before the source's end, where the reader can tell (a file). */
-  readonly stoppedAtMax?: boolean;
+  /**
+   * Set once `max` (`--max`) ended the read while unread messages remain, or may remain (read it
+   * after `close`); undefined when the read ended otherwise, or the reader knows nothing was left.
+   */
+  readonly stoppedAtMax?: MaxStop | undefined;
+}
+
+/** What a reader knows when `--max` ended its read. */
+export interface MaxStop {
+  /**
+   * `remain`: the reader saw unread messages when it stopped (a file's next record, a queue's
+   * message beyond N, a hub's events before the end it read to); `may-remain`: it cannot tell.
+   */
+  readonly unread: 'remain' | 'may-remain';
+  /** A hub: where the read stopped, so that a later run can start there. */
+  readonly resume?: HubResume | undefined;
+}
+
+/** Where a hub's read stopped at `--max`. */
+export interface HubResume {
+  /** Each partition read from: the sequence number of the last event read. */
+  readonly sequenceNumbers: Readonly<Record<string, number>>;
+  /**
+   * A later run given this as `--since` (ms) reads every event this one did not (and perhaps a
+   * few it did: duplicates then); undefined when it must read from the oldest retained event.
+   */
+  readonly since: number | undefined;
 }
 
 /** What a replay reader is opened with (from `replay`'s flags). */
@@ -78,6 +103,11 @@ export interface SideChannel<M extends SideChannelMessage = SideChannelMessage> 
   /** Keep these hidden for another visibility timeout. */
   renew(messages: readonly M[]): Promise<void>;
   total(): Promise<number | undefined>;
+  /**
+   * Once `--max` ended the read, after the run let go of its messages and before `close`: what
+   * is left unread (`none` only when the channel knows). Without it, messages may remain.
+   */
+  leftAfterMax?(): Promise<MaxStop | 'none'>;
   close(): Promise<void>;
 }
 
@@ -113,6 +143,11 @@ class SideChannelReader<M extends SideChannelMessage> implements ReplayReader<Nu
   readonly #waker = new Waker();
   readonly #renewTimer: NodeJS.Timeout | undefined;
   #read = 0;
+  /** `--max` messages were read. */
+  #reachedMax = false;
+  /** A receive held new messages beyond `--max`: they remain unread (released at once). */
+  #sawBeyondMax = false;
+  #stoppedAtMax: MaxStop | undefined;
   #exhausted = false;
   #lastNewAt = Date.now();
 
@@ -126,6 +161,10 @@ class SideChannelReader<M extends SideChannelMessage> implements ReplayReader<Nu
       this.#renewTimer = setInterval(() => void this.#renew(), everyMs);
       this.#renewTimer.unref();
     }
+  }
+
+  get stoppedAtMax(): MaxStop | undefined {
+    return this.#stoppedAtMax;
   }
 
   total(): Promise<number | undefined> {
@@ -197,17 +236,39 @@ class SideChannelReader<M extends SideChannelMessage> implements ReplayReader<Nu
     this.#ready.length = 0;
     await Promise.all(held.map((message) => this.#releaseQuietly(message)));
     this.#waker.wake();
+    if (this.#reachedMax) this.#stoppedAtMax = await this.#leftAfterMax();
     await this.#channel.close();
   }
 
-  /** New messages from the channel; ends the read at `--max`, at the channel's end, or when quiet. */
+  /** What `--max` left unread: seen beyond it, else what the channel says, else perhaps some. */
+  async #leftAfterMax(): Promise<MaxStop | undefined> {
+    if (this.#sawBeyondMax) return { unread: 'remain' };
+    try {
+      const left = (await this.#channel.leftAfterMax?.()) ?? { unread: 'may-remain' };
+      return left === 'none' ? undefined : left;
+    } catch (error) {
+      this.#context.logger.warn(
+        { source: this.name, err: errorMessage(error) },
+        'could not tell whether messages remain after --max',
+      );
+      return { unread: 'may-remain' };
+    }
+  }
+
+  /**
+   * New messages from the channel; ends the read at `--max`, at the channel's end, or when quiet.
+   * A queue's receive that can reach `--max` asks for one message more, to learn whether any
+   * remain beyond it; that one is released at once, unread.
+   */
   async #fetchNew(max: number, signal: AbortSignal): Promise<Numbered<M>[]> {
-    const left = this.#context.max === undefined ? max : Math.min(max, this.#context.max - this.#read);
+    const allowed = this.#context.max === undefined ? max : this.#context.max - this.#read;
+    const left = Math.min(max, allowed);
     if (left <= 0) {
       this.#exhausted = true;
       return [];
     }
-    const batch = await this.#channel.fetch(left, signal);
+    const toMax = this.#context.max !== undefined && allowed <= max;
+    const batch = await this.#channel.fetch(toMax && this.kind === 'queue' ? left + 1 : left, signal);
     if (batch === null) {
       this.#exhausted = true;
       return [];
@@ -215,12 +276,14 @@ class SideChannelReader<M extends SideChannelMessage> implements ReplayReader<Nu
     const fresh: Numbered<M>[] = [];
     for (const message of batch) {
       if (this.#seen.has(message.id) || fresh.length >= left || signal.aborted) {
+        if (toMax && fresh.length >= left && !this.#seen.has(message.id)) this.#sawBeyondMax = true;
         await this.#parkOrRelease(message);
         continue;
       }
       this.#seen.add(message.id);
       fresh.push({ ...message, attempt: 1, position: ++this.#read });
     }
+    if (toMax && fresh.length === left) this.#reachedMax = true;
     if (fresh.length > 0) this.#lastNewAt = Date.now();
     else if (this.kind === 'queue' && Date.now() - this.#lastNewAt >= this.#context.settleMs) {
       this.#exhausted = true;

@@ -4,7 +4,8 @@
  * three good events, a forgery and a mismatch, one good event is marked done in the worker's
  * store, then replay drains it: a dry run changes nothing and `--code` selects by the recorded
  * code, filters leave messages where they were, a failure stays (on the side channel and in the
- * dead-letter file) while a done event is skipped, and a replay SIGKILLed half-way loses nothing.
+ * dead-letter file) while a done event is skipped, and a replay SIGKILLed half-way loses nothing;
+ * on a second side channel, `--max` reads that many and says what it left unread.
  * A transport plugs in with one `ReplayHarness`: how to fill its side channel, name it to the CLI
  * and count what it holds, and what it declares where transports differ (`ReplayDeclarations`).
  *
@@ -77,6 +78,8 @@ export interface ReplayHarness {
    * each has a copy there. Once per file; the test file starts the server in its `beforeAll`.
    */
   setup(context: ReplaySetup): Promise<ReplayFixture>;
+  /** Another side channel, holding a copy of each envelope put there directly (no code). */
+  fresh(envelopes: readonly TestEnvelope[]): Promise<ReplayFixture>;
 }
 
 /** The codes with which a replay rejects an envelope (never forwarded, in any replay). */
@@ -350,6 +353,98 @@ export function replayContract(transport: string, harness: ReplayHarness): void 
         expect(await fixture.available()).toBe(queue ? 2 : total);
       } finally {
         await app.close();
+      }
+    }, 120_000);
+
+    it('--max N replays N messages and says the read stopped with messages left; they stay, untouched', async () => {
+      const events = Array.from({ length: 5 }, () => createTestEnvelope('daily.data.steps.created'));
+      const source = await harness.fresh(events);
+      const app = await startApp();
+      const run = (args: readonly string[]) =>
+        runCli(
+          [
+            'replay',
+            source.spec,
+            '--dedupe',
+            `sqlite:${join(dir.path, 'max-dedupe.db')}`,
+            ...source.args,
+            '--dead-letter',
+            join(dir.path, 'max-failed.jsonl'),
+            ...args,
+          ],
+          { env: source.env, ...CHILD },
+        );
+      try {
+        // As many as --max allows, or fewer: nothing is said.
+        const all = await run(['--dry-run', '--max', '10', '--json']);
+        const allSummary = jsonLines(all.stdout).at(-1);
+        expect(allSummary, all.stderr).toMatchObject({ total: 5, would_forward: 5 });
+        expect(allSummary).not.toHaveProperty('stopped_at_max');
+        expect(await source.available()).toBe(5);
+        // Without --max, one message at a time, nothing is said either (all fail here, and stay).
+        const down = await startApp(() => 500);
+        try {
+          const unlimited = await run([
+            '--forward',
+            down.url,
+            '--attempts',
+            '1',
+            '--concurrency',
+            '1',
+            '--json',
+          ]);
+          const unlimitedSummary = jsonLines(unlimited.stdout).at(-1);
+          expect(unlimitedSummary, unlimited.stderr).toMatchObject({ total: 5, failed: 5 });
+          expect(unlimitedSummary).not.toHaveProperty('stopped_at_max');
+        } finally {
+          await down.close();
+        }
+        expect(await source.available()).toBe(5);
+
+        // A queue's long visibility timeout: a message received beyond --max and not let go at
+        // once would stay hidden past the checks below.
+        const hidden = queue ? ['--visibility-timeout', '600'] : [];
+        const capped = await run(['--forward', app.url, '--max', '2', ...hidden, '--json']);
+        const summary = jsonLines(capped.stdout).at(-1);
+        expect(capped.code, capped.stderr).toBe(0);
+        expect(summary).toMatchObject({ total: 2, forwarded: 2, stopped_at_max: true, unread: 'remain' });
+        expect(app.received).toHaveLength(2);
+        // The three not read are where they were, visible to the next reader now.
+        expect(await source.available()).toBe(queue ? 3 : 5);
+        expect(await source.stored()).toBe(queue ? 3 : 5);
+        const resume = summary?.resume as { since: string | null } | undefined;
+        if (!queue) expect(resume).toMatchObject({ sequence_numbers: expect.any(Object) });
+        else expect(summary).not.toHaveProperty('resume');
+
+        const text = await run(['--dry-run', '--max', '2']);
+        expect(text.stdout).toContain(
+          queue
+            ? 'stopped at --max: messages remain in the queue (those not read were left there, untouched): run again'
+            : 'stopped at --max: events remain on the hub after those read (last sequence number read: partition',
+        );
+
+        // Run again (a hub: from where the summary says): the rest, and nothing more is claimed.
+        // A queue's --max 3 reads exactly what is left; the queue then says it is empty.
+        const since = resume?.since ? ['--since', resume.since] : [];
+        const max = queue ? '3' : '10';
+        const rest = await run(['--forward', app.url, '--max', max, ...since, ...hidden, '--json']);
+        const restSummary = jsonLines(rest.stdout).at(-1);
+        expect(rest.code, rest.stderr).toBe(0);
+        expect(restSummary).toMatchObject({ forwarded: 3 });
+        expect(restSummary).not.toHaveProperty('stopped_at_max');
+        expect(restSummary).not.toHaveProperty('unread');
+        expect(app.eventIds().sort()).toEqual(events.map((e) => e.eventId).sort());
+        expect(await source.stored()).toBe(queue ? 0 : 5);
+        if (!queue) {
+          // Exactly the hub's events: it knows it read to the end, so nothing is claimed.
+          const exact = await run(['--dry-run', '--max', '5', '--json']);
+          const exactSummary = jsonLines(exact.stdout).at(-1);
+          expect(exactSummary, exact.stderr).toMatchObject({ total: 5, duplicates: 5 });
+          expect(exactSummary).not.toHaveProperty('stopped_at_max');
+        }
+      } finally {
+        await app.close();
+        await source.cleanup?.();
       }
     }, 120_000);
   });
