@@ -1,12 +1,14 @@
 // `npm test` runs every suite: the Redis suites need a real redis-server, the runbook test runs
 // the runbook's commands, which use jq, the observability test checks the alert rules with
-// promtool (Debian's prometheus package). On a fresh Debian-like machine where we are root, install
-// what is missing; otherwise say how (those suites then skip locally, and CI, whose .ci/run
-// installs them, fails instead).
+// promtool (Debian's prometheus package), the Event Hubs replay test makes a TLS certificate with
+// openssl. On a fresh Debian-like machine where we are root, install what is missing; otherwise
+// say how (those suites then skip locally, and CI, whose .ci/run installs them, fails instead).
 import { spawnSync } from 'node:child_process';
 
-const has = (cmd) => spawnSync(cmd, ['--version'], { stdio: 'ignore' }).status === 0;
-const missing = ['redis-server', 'jq', 'promtool'].filter((cmd) => !has(cmd));
+// openssl has no --version flag: its `version` command answers instead.
+const VERSION_ARGS = { openssl: ['version'] };
+const has = (cmd) => spawnSync(cmd, VERSION_ARGS[cmd] ?? ['--version'], { stdio: 'ignore' }).status === 0;
+const missing = ['redis-server', 'jq', 'promtool', 'openssl'].filter((cmd) => !has(cmd));
 const PACKAGE_OF = { promtool: 'prometheus' };
 const packages = missing.map((cmd) => PACKAGE_OF[cmd] ?? cmd);
 

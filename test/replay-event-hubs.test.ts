@@ -1,21 +1,25 @@
 /**
  * `replay azure-event-hubs:HUB` against the test Event Hubs broker: the replay contract
- * (test/support/replay-contract.ts) on a poison hub the worker fills itself, and a main hub
- * replayed over a time window with events before and after it. A hub is read, never consumed.
+ * (test/support/replay-contract.ts) on a poison hub the worker fills itself, a main hub
+ * replayed over a time window with events before and after it, and a poison hub read over TLS
+ * with a namespace and a managed identity's token (no SAS key). A hub is read, never consumed.
  */
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { eventHubsSourceFromCli } from '../adapters/event-hubs/environment.js';
 import { createEventHubsAdapter, type EventHubsMessage } from '../adapters/event-hubs/index.js';
 import { eventHubsReplayReader } from '../adapters/event-hubs/replay-reader.js';
 import { createTestEnvelope, type TestEnvelope } from '../src/consumer/testing.js';
+import { ConfigError } from '../src/core/errors.js';
 import { silentLogger } from '../src/core/logger.js';
-import type { ReplayMessage } from '../src/core/replay-reader.js';
-import { runCli, startApp } from './support/cli.js';
+import type { ReplayMessage, ReplayReaderContext } from '../src/core/replay-reader.js';
+import { runCli, runReplay, startApp, startServer } from './support/cli.js';
 import { EventHubsBroker } from './support/event-hubs-broker.js';
 import type { TestHub } from './support/event-hubs-server.js';
 import { tempDir } from './support/harness.js';
 import { jsonLines } from './support/records.js';
 import { fillWithFailingWorker, replayContract } from './support/replay-contract.js';
+import { HAS_OPENSSL, selfSignedLocalhostCert } from './support/tls-cert.js';
 
 let broker: EventHubsBroker;
 
@@ -202,5 +206,132 @@ describe('the Event Hubs replay reader', () => {
     } finally {
       await reader.close();
     }
+  }, 60_000);
+});
+
+/** Whatever sign-in of the machine's own could answer before the managed identity: none. */
+const NO_OTHER_AZURE_SIGN_IN = {
+  AZURE_CLIENT_ID: undefined,
+  AZURE_TENANT_ID: undefined,
+  AZURE_CLIENT_SECRET: undefined,
+  AZURE_CLIENT_CERTIFICATE_PATH: undefined,
+  AZURE_FEDERATED_TOKEN_FILE: undefined,
+  AZURE_TOKEN_CREDENTIALS: undefined,
+};
+
+describe.skipIf(!HAS_OPENSSL)('replay signed in with a namespace and an Azure identity (no SAS key)', () => {
+  const accessToken = 'managed-identity-token-for-event-hubs';
+  const identityHeader = 'app-service-identity-header';
+  let dir: ReturnType<typeof tempDir>;
+  let certPath: string;
+  let tlsBroker: EventHubsBroker;
+  let identity: Awaited<ReturnType<typeof startServer>>;
+
+  beforeAll(async () => {
+    dir = tempDir('phe-replay-eh-identity-');
+    const cert = selfSignedLocalhostCert(dir.path);
+    certPath = cert.certPath;
+    // Event Hubs speaks AMQP over TLS only, unless a connection string says UseDevelopmentEmulator.
+    tlsBroker = await EventHubsBroker.start({ tls: { key: cert.key, cert: cert.cert } });
+    // App Service's managed identity endpoint, as @azure/identity (MSAL's AppService source) calls it.
+    identity = await startServer((_req, res) => {
+      res.writeHead(200, { 'content-type': 'application/json' }).end(
+        JSON.stringify({
+          access_token: accessToken,
+          expires_on: String(Math.floor(Date.now() / 1000) + 3600),
+          resource: 'https://eventhubs.azure.net',
+          token_type: 'Bearer',
+        }),
+      );
+    });
+  });
+  afterAll(async () => {
+    await identity?.close();
+    await tlsBroker?.stop();
+    dir?.cleanup();
+  });
+
+  it('replays a poison hub with EVENTHUBS_FULLY_QUALIFIED_NAMESPACE, signed in with the managed identity token', async () => {
+    const poison = await tlsBroker.createHub(2);
+    const dead = [
+      createTestEnvelope('daily.data.steps.created'),
+      createTestEnvelope('coach.nudge.created'),
+      createTestEnvelope('daily.data.steps.created'),
+    ];
+    for (const [i, e] of dead.entries()) {
+      await poison.publish(String(i % 2), e.raw, { 'partner-events-dead-code': 'HANDLER_FAILED' });
+    }
+    const app = await startApp();
+    try {
+      const result = await runReplay(
+        `azure-event-hubs:${poison.name}`,
+        [
+          '--forward',
+          app.url,
+          '--consumer-group',
+          'replay',
+          '--dead-letter',
+          join(dir.path, 'replay-failed.jsonl'),
+        ],
+        {
+          env: {
+            ...NO_OTHER_AZURE_SIGN_IN,
+            EVENTHUBS_CONNECTION_STRING: undefined,
+            EVENTHUBS_FULLY_QUALIFIED_NAMESPACE: tlsBroker.namespace,
+            IDENTITY_ENDPOINT: `${identity.origin}/token`,
+            IDENTITY_HEADER: identityHeader,
+            NODE_EXTRA_CA_CERTS: certPath,
+          },
+          killAfterMs: 90_000,
+        },
+      );
+      expect(result.code, result.stderr).toBe(0);
+      expect(result.summary).toMatchObject({ total: 3, forwarded: 3 });
+      expect(app.eventIds().sort()).toEqual(dead.map((e) => e.eventId).sort());
+      expect(await allEvents(poison)).toBe(3);
+      // Signed in with the identity's token for Event Hubs, never with a SAS key.
+      expect(identity.received.length).toBeGreaterThan(0);
+      const asked = new URL(identity.received[0]?.path ?? '', identity.origin);
+      expect(asked.searchParams.get('resource')).toBe('https://eventhubs.azure.net/');
+      expect(identity.received[0]?.headers['x-identity-header']).toBe(identityHeader);
+      const tokens = tlsBroker.putTokens();
+      expect(tokens.length).toBeGreaterThan(0);
+      expect(new Set(tokens.map((t) => `${t.type} ${t.token}`))).toEqual(new Set([`jwt ${accessToken}`]));
+      expect(tokens.map((t) => t.name)).toContain(`sb://${tlsBroker.namespace}/${poison.name}/$management`);
+    } finally {
+      await app.close();
+    }
+  }, 90_000);
+});
+
+describe('Event Hubs credentials from the environment', () => {
+  const context: ReplayReaderContext = {
+    logger: silentLogger(),
+    settleMs: 1000,
+    max: undefined,
+    visibilityTimeoutSeconds: 30,
+    since: undefined,
+    until: undefined,
+    consumerGroup: 'replay',
+  };
+
+  it('replay without EVENTHUBS_CONNECTION_STRING or EVENTHUBS_FULLY_QUALIFIED_NAMESPACE: the ConfigError run gives', async () => {
+    const needs =
+      'needs EVENTHUBS_CONNECTION_STRING, or EVENTHUBS_FULLY_QUALIFIED_NAMESPACE with an Azure identity';
+    const replay = eventHubsReplayReader('azure-event-hubs:orders-poison', context, {});
+    await expect(replay).rejects.toThrow(ConfigError);
+    await expect(replay).rejects.toThrow(`replay azure-event-hubs:orders-poison ${needs}`);
+    expect(() => eventHubsSourceFromCli('azure-event-hubs:orders', {}, {})).toThrow(
+      `--source azure-event-hubs:orders ${needs}`,
+    );
+    const cli = await runCli(
+      ['replay', 'azure-event-hubs:orders-poison', '--dry-run', '--dedupe', 'memory'],
+      {
+        env: { EVENTHUBS_CONNECTION_STRING: undefined, EVENTHUBS_FULLY_QUALIFIED_NAMESPACE: undefined },
+        killAfterMs: 60_000,
+      },
+    );
+    expect(cli.code, cli.stderr).toBe(2);
+    expect(cli.stderr).toContain(needs);
   }, 60_000);
 });

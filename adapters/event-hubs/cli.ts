@@ -16,7 +16,7 @@ export const eventHubsTransport = defineTransport({
   names: (spec) => spec.startsWith(CLI_SCHEME),
   describe: redact,
   source: {
-    forms: 'azure-event-hubs:HUB (EVENTHUBS_CONNECTION_STRING)',
+    forms: 'azure-event-hubs:HUB (EVENTHUBS_CONNECTION_STRING or EVENTHUBS_FULLY_QUALIFIED_NAMESPACE)',
     async open(spec, { logger, options, consumerGroup }) {
       const { eventHubsSourceFromCli } = await importAdapterModule(
         SDK,
@@ -28,7 +28,7 @@ export const eventHubsTransport = defineTransport({
   },
   replay: {
     forms:
-      'azure-event-hubs:HUB (EVENTHUBS_CONNECTION_STRING; a poison hub, or a main hub with --since/--until: read, never consumed)',
+      'azure-event-hubs:HUB (EVENTHUBS_CONNECTION_STRING or EVENTHUBS_FULLY_QUALIFIED_NAMESPACE; a poison hub, or a main hub with --since/--until: read, never consumed)',
     async open(spec, context) {
       const { eventHubsReplayReader } = await importAdapterModule(
         SDK,

@@ -5,12 +5,11 @@ import { definedOnly } from '../../src/core/defined.js';
 import { ConfigError } from '../../src/core/errors.js';
 import { redact } from '../../src/core/redact.js';
 import { createEventHubsAdapter, DEFAULT_CHECKPOINT_PATH, type EventHubsAdapter } from './adapter.js';
+import { eventHubsAuthFromEnv, lazyDefaultCredential } from './credentials.js';
 import {
   CLI_SCHEME,
   ENV_CHECKPOINT_STORE,
-  ENV_CONNECTION_STRING,
   ENV_DEAD_LETTER_QUEUE,
-  ENV_NAMESPACE,
   ENV_STORAGE_CONNECTION_STRING,
 } from './names.js';
 import { type eventHubsOptionsSchema, HUB_NAME } from './options.js';
@@ -37,25 +36,14 @@ export function eventHubsSourceFromCli(
   if (!HUB_NAME.test(eventHubName)) {
     throw new ConfigError(`--source ${redact(spec)}: expected ${CLI_SCHEME}HUB_NAME`);
   }
-  const connectionString = env[ENV_CONNECTION_STRING];
-  const namespace = env[ENV_NAMESPACE];
-  let credential: TokenCredential | undefined;
-  if (!connectionString) {
-    if (!namespace) {
-      throw new ConfigError(
-        `--source ${redact(spec)} needs ${ENV_CONNECTION_STRING}, or ${ENV_NAMESPACE} with an Azure identity`,
-      );
-    }
-    credential = lazyDefaultCredential();
-  }
+  const auth = eventHubsAuthFromEnv(env, `--source ${redact(spec)}`);
+  // A blob checkpoint store by URL signs in with the hub's identity, or one of its own.
+  let credential = 'credential' in auth ? auth.credential : undefined;
   const { deadLetterQueue: configured, ...rest } = options;
   const deadLetterQueue = configured ?? env[ENV_DEAD_LETTER_QUEUE];
   if (deadLetterQueue && !HUB_NAME.test(deadLetterQueue)) {
     throw new ConfigError(`${ENV_DEAD_LETTER_QUEUE}="${deadLetterQueue}": expected an event hub name`);
   }
-  const auth = connectionString
-    ? { connectionString }
-    : { fullyQualifiedNamespace: namespace as string, credential: credential as TokenCredential };
   return createEventHubsAdapter({
     ...definedOnly(rest),
     ...auth,
@@ -88,24 +76,6 @@ function checkpointStoreFromEnv(
   throw new ConfigError(
     `${ENV_CHECKPOINT_STORE}="${redact(spec)}": expected sqlite:PATH or blob:CONTAINER_URL`,
   );
-}
-
-/** `DefaultAzureCredential`, imported when the first token is needed (an optional peer dependency). */
-function lazyDefaultCredential(): TokenCredential {
-  let inner: Promise<TokenCredential> | undefined;
-  return {
-    async getToken(...args: Parameters<TokenCredential['getToken']>) {
-      inner ??= import('@azure/identity').then(
-        (identity) => new identity.DefaultAzureCredential(),
-        (cause: unknown) => {
-          throw new ConfigError('signing in without a connection string needs @azure/identity installed', {
-            cause,
-          });
-        },
-      );
-      return (await inner).getToken(...args);
-    },
-  };
 }
 
 type BlobTarget =

@@ -19,7 +19,8 @@ import {
 import { Waker } from '../../src/core/waker.js';
 import { envelopeText } from './body.js';
 import { withoutEntityPath } from './clients.js';
-import { CLI_SCHEME, ENV_CONNECTION_STRING } from './names.js';
+import { type EventHubsAuth, eventHubsAuthFromEnv } from './credentials.js';
+import { CLI_SCHEME, ENV_CONNECTION_STRING, ENV_NAMESPACE } from './names.js';
 import { HUB_NAME } from './options.js';
 import { POISON_PROPERTIES } from './poison-hub.js';
 import { traceContextOf } from './trace-context.js';
@@ -32,7 +33,7 @@ const READ_AHEAD = 200;
  * never consumes it. Every partition is read on its own (no load balancing, no checkpoints) with
  * `context.consumerGroup`, from `since` (enqueued time) or the oldest event retained, to `until`
  * or the partition's last event when the run started. The code comes from the poison copy's
- * `partner-events-dead-code` property.
+ * `partner-events-dead-code` property. It signs in as `run --source` does (credentials.ts).
  */
 export async function eventHubsReplayReader(
   spec: string,
@@ -43,21 +44,14 @@ export async function eventHubsReplayReader(
   if (!spec.startsWith(CLI_SCHEME) || !HUB_NAME.test(hub)) {
     throw new ConfigError(`replay ${redact(spec)}: expected ${CLI_SCHEME}HUB_NAME`);
   }
-  const connectionString = env[ENV_CONNECTION_STRING];
-  if (!connectionString) throw new ConfigError(`replay ${redact(spec)} needs ${ENV_CONNECTION_STRING}`);
+  const auth = eventHubsAuthFromEnv(env, `replay ${redact(spec)}`);
   if (context.consumerGroup === '$Default') {
     context.logger.warn(
       { event_hub: hub, consumer_group: '$Default' },
       'reading with the consumer group $Default: if the worker uses it too, give replay a group of its own (--consumer-group)',
     );
   }
-  let client: EventHubConsumerClient;
-  try {
-    // The connection string may name the worker's hub (EntityPath): SOURCE names the one to read.
-    client = new EventHubConsumerClient(context.consumerGroup, withoutEntityPath(connectionString), hub);
-  } catch (cause) {
-    throw new ConfigError(`${ENV_CONNECTION_STRING} is not usable: ${errorMessage(cause)}`, { cause });
-  }
+  const client = openReplayClient(auth, context.consumerGroup, hub);
   const channel = new HubChannel(client, `event-hubs:${hub}`, context);
   try {
     await channel.start();
@@ -66,6 +60,19 @@ export async function eventHubsReplayReader(
     throw new AdapterError(`cannot read ${channel.name}: ${errorMessage(error)}`, { cause: error });
   }
   return createSideChannelReader(channel, context);
+}
+
+function openReplayClient(auth: EventHubsAuth, consumerGroup: string, hub: string): EventHubConsumerClient {
+  try {
+    if ('credential' in auth) {
+      return new EventHubConsumerClient(consumerGroup, auth.fullyQualifiedNamespace, hub, auth.credential);
+    }
+    // The connection string may name the worker's hub (EntityPath): SOURCE names the one to read.
+    return new EventHubConsumerClient(consumerGroup, withoutEntityPath(auth.connectionString), hub);
+  } catch (cause) {
+    const variable = 'credential' in auth ? ENV_NAMESPACE : ENV_CONNECTION_STRING;
+    throw new ConfigError(`${variable} is not usable: ${errorMessage(cause)}`, { cause });
+  }
 }
 
 /** Where one partition's read starts and ends. */

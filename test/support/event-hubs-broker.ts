@@ -5,7 +5,8 @@
  * properties), consumer links on `<hub>/ConsumerGroups/<cg>/Partitions/<id>` honouring the
  * offset / sequence-number / enqueued-time filter and the owner level (epoch), and producer links
  * on `<hub>` or `<hub>/Partitions/<id>` (single messages and batches, format 0x80013700).
- * Several hubs (`createHub`); everything is in memory; plain TCP on 127.0.0.1 and a free port.
+ * Several hubs (`createHub`); everything is in memory; plain TCP on 127.0.0.1 and a free port, or
+ * TLS (`tls`) as Event Hubs itself speaks, for clients that sign in with a namespace and a token.
  */
 import type { AddressInfo, Server } from 'node:net';
 import rhea, {
@@ -43,6 +44,17 @@ export interface EventHubsBrokerOptions {
   readonly hub?: string;
   /** Default 2. */
   readonly partitions?: number;
+  /** Listen with TLS (AMQPS) with this key and certificate (PEM) instead of plain TCP. */
+  readonly tls?: { readonly key: string; readonly cert: string };
+}
+
+/** A `$cbs` put-token request as the broker received it. */
+export interface PutToken {
+  /** `jwt` (an Entra ID token) or `servicebus.windows.net:sastoken`. */
+  readonly type: string;
+  /** The audience: `sb://NAMESPACE/HUB…`. */
+  readonly name: string;
+  readonly token: string;
 }
 
 /** One hub's partitions, each an append-only log. */
@@ -80,6 +92,8 @@ export class EventHubsBroker implements EventHubsTestServer {
   readonly #outbox = new Map<Sender, Message[]>();
   readonly #connections = new Set<Connection>();
   readonly #container: ReturnType<typeof rhea.create_container>;
+  readonly #tls: EventHubsBrokerOptions['tls'];
+  readonly #putTokens: PutToken[] = [];
   #server: Server;
   #port = 0;
 
@@ -100,7 +114,14 @@ export class EventHubsBroker implements EventHubsTestServer {
     container.on('error', () => {});
     container.on('connection_error', () => {});
     this.#container = container;
-    this.#server = container.listen({ host: '127.0.0.1', port: 0 });
+    this.#tls = options.tls;
+    this.#server = this.#listen(0);
+  }
+
+  #listen(port: number): Server {
+    const host = '127.0.0.1';
+    if (!this.#tls) return this.#container.listen({ host, port });
+    return this.#container.listen({ transport: 'tls', key: this.#tls.key, cert: this.#tls.cert, host, port });
   }
 
   static async start(options: EventHubsBrokerOptions = {}): Promise<EventHubsBroker> {
@@ -112,7 +133,7 @@ export class EventHubsBroker implements EventHubsTestServer {
 
   /** After `stop()` or `crash()`: listens again on the same port, with every hub and event kept. */
   async resume(): Promise<void> {
-    this.#server = this.#container.listen({ host: '127.0.0.1', port: this.#port });
+    this.#server = this.#listen(this.#port);
     await this.#listening();
   }
 
@@ -125,6 +146,16 @@ export class EventHubsBroker implements EventHubsTestServer {
 
   get port(): number {
     return this.#port;
+  }
+
+  /** The `$cbs` put-token requests received, oldest first. */
+  putTokens(): readonly PutToken[] {
+    return [...this.#putTokens];
+  }
+
+  /** The namespace a client signing in with a token gives to reach this broker over TLS. */
+  get namespace(): string {
+    return `localhost:${this.#port}`;
   }
 
   /** What the SDK needs to reach this broker (plain TCP: `UseDevelopmentEmulator=true`). */
@@ -371,6 +402,14 @@ export class EventHubsBroker implements EventHubsTestServer {
     const address = receiver.target?.address ?? '';
     const format = (ctx as EventContext & { format?: number }).format;
     if (address === '$cbs') {
+      const props = (ctx.message?.application_properties ?? {}) as Record<string, unknown>;
+      if (props.operation === 'put-token') {
+        this.#putTokens.push({
+          type: String(props.type),
+          name: String(props.name),
+          token: String(ctx.message?.body),
+        });
+      }
       this.#reply(ctx, 202, undefined);
       return;
     }

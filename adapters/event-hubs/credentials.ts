@@ -1,0 +1,43 @@
+import type { TokenCredential } from '@azure/event-hubs';
+import { ConfigError } from '../../src/core/errors.js';
+import { ENV_CONNECTION_STRING, ENV_NAMESPACE } from './names.js';
+
+/** How the CLI's Event Hubs source and replay sign in: a connection string, or a namespace and an identity. */
+export type EventHubsAuth =
+  | { readonly connectionString: string }
+  | { readonly fullyQualifiedNamespace: string; readonly credential: TokenCredential };
+
+/**
+ * `EVENTHUBS_CONNECTION_STRING` (it wins), or `EVENTHUBS_FULLY_QUALIFIED_NAMESPACE` signed in with
+ * `DefaultAzureCredential`: the way for namespaces whose SAS keys are disabled (`disableLocalAuth`).
+ * `what` starts the error when neither is set (`--source azure-event-hubs:HUB`, `replay …`).
+ */
+export function eventHubsAuthFromEnv(env: NodeJS.ProcessEnv, what: string): EventHubsAuth {
+  const connectionString = env[ENV_CONNECTION_STRING];
+  if (connectionString) return { connectionString };
+  const namespace = env[ENV_NAMESPACE];
+  if (!namespace) {
+    throw new ConfigError(
+      `${what} needs ${ENV_CONNECTION_STRING}, or ${ENV_NAMESPACE} with an Azure identity`,
+    );
+  }
+  return { fullyQualifiedNamespace: namespace, credential: lazyDefaultCredential() };
+}
+
+/** `DefaultAzureCredential`, imported when the first token is needed (an optional peer dependency). */
+export function lazyDefaultCredential(): TokenCredential {
+  let inner: Promise<TokenCredential> | undefined;
+  return {
+    async getToken(...args: Parameters<TokenCredential['getToken']>) {
+      inner ??= import('@azure/identity').then(
+        (identity) => new identity.DefaultAzureCredential(),
+        (cause: unknown) => {
+          throw new ConfigError('signing in without a connection string needs @azure/identity installed', {
+            cause,
+          });
+        },
+      );
+      return (await inner).getToken(...args);
+    },
+  };
+}
