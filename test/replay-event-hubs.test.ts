@@ -9,6 +9,7 @@ import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { eventHubsSourceFromCli } from '../adapters/event-hubs/environment.js';
 import { createEventHubsAdapter, type EventHubsMessage } from '../adapters/event-hubs/index.js';
 import { eventHubsReplayReader } from '../adapters/event-hubs/replay-reader.js';
+import { eventHubsTargetFromCli } from '../adapters/event-hubs/sender.js';
 import { createTestEnvelope, type TestEnvelope } from '../src/consumer/testing.js';
 import { ConfigError } from '../src/core/errors.js';
 import { silentLogger } from '../src/core/logger.js';
@@ -17,7 +18,7 @@ import { runCli, runReplay, startApp, startServer } from './support/cli.js';
 import { EventHubsBroker } from './support/event-hubs-broker.js';
 import type { TestHub } from './support/event-hubs-server.js';
 import { tempDir } from './support/harness.js';
-import { jsonLines } from './support/records.js';
+import { deadRecord, jsonLines, writeJsonl } from './support/records.js';
 import { fillWithFailingWorker, replayContract } from './support/replay-contract.js';
 import { HAS_OPENSSL, selfSignedLocalhostCert } from './support/tls-cert.js';
 
@@ -302,6 +303,47 @@ describe.skipIf(!HAS_OPENSSL)('replay signed in with a namespace and an Azure id
       await app.close();
     }
   }, 90_000);
+
+  it('replay --to and trigger --to a hub with EVENTHUBS_FULLY_QUALIFIED_NAMESPACE send with the managed identity token', async () => {
+    const hub = await tlsBroker.createHub(1);
+    const dead = [createTestEnvelope('daily.data.steps.created'), createTestEnvelope('coach.nudge.created')];
+    const file = writeJsonl(
+      dir.path,
+      'to-hub.jsonl',
+      dead.map((e) => deadRecord(e.raw)),
+    );
+    const env = {
+      ...NO_OTHER_AZURE_SIGN_IN,
+      EVENTHUBS_CONNECTION_STRING: undefined,
+      EVENTHUBS_FULLY_QUALIFIED_NAMESPACE: tlsBroker.namespace,
+      IDENTITY_ENDPOINT: `${identity.origin}/token`,
+      IDENTITY_HEADER: identityHeader,
+      NODE_EXTRA_CA_CERTS: certPath,
+    };
+    const replay = await runReplay(file, ['--to', `azure-event-hubs:${hub.name}`, '--dedupe', 'memory'], {
+      env,
+      killAfterMs: 90_000,
+    });
+    expect(replay.code, replay.stderr).toBe(0);
+    expect(replay.summary).toMatchObject({ total: 2, injected: 2 });
+    const trigger = await runCli(
+      ['trigger', 'daily.data.steps.created', '--to', `azure-event-hubs:${hub.name}`],
+      {
+        env,
+        killAfterMs: 90_000,
+      },
+    );
+    expect(trigger.code, trigger.stderr).toBe(0);
+    const triggered = trigger.stdout.trim();
+
+    const stored = await hub.events('0');
+    const ids = stored.map((e) => JSON.parse(Buffer.from(e.body).toString('utf8')).event_id as string);
+    expect(ids.sort()).toEqual([...dead.map((e) => e.eventId), triggered].sort());
+    // Sent with the identity's token for this hub, never with a SAS key.
+    const tokens = tlsBroker.putTokens().filter((t) => t.name === `sb://${tlsBroker.namespace}/${hub.name}`);
+    expect(tokens.length).toBeGreaterThan(0);
+    expect(new Set(tokens.map((t) => `${t.type} ${t.token}`))).toEqual(new Set([`jwt ${accessToken}`]));
+  }, 90_000);
 });
 
 describe('Event Hubs credentials from the environment', () => {
@@ -323,6 +365,9 @@ describe('Event Hubs credentials from the environment', () => {
     await expect(replay).rejects.toThrow(`replay azure-event-hubs:orders-poison ${needs}`);
     expect(() => eventHubsSourceFromCli('azure-event-hubs:orders', {}, {})).toThrow(
       `--source azure-event-hubs:orders ${needs}`,
+    );
+    expect(() => eventHubsTargetFromCli('azure-event-hubs:orders', {})).toThrow(
+      `--to azure-event-hubs:orders ${needs}`,
     );
     const cli = await runCli(
       ['replay', 'azure-event-hubs:orders-poison', '--dry-run', '--dedupe', 'memory'],

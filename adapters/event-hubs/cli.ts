@@ -39,7 +39,7 @@ export const eventHubsTransport = defineTransport({
     },
   },
   target: {
-    forms: 'azure-event-hubs:HUB (EVENTHUBS_CONNECTION_STRING)',
+    forms: 'azure-event-hubs:HUB (EVENTHUBS_CONNECTION_STRING or EVENTHUBS_FULLY_QUALIFIED_NAMESPACE)',
     async open(spec) {
       const { eventHubsTargetFromCli } = await importAdapterModule(
         SDK,

@@ -2,28 +2,21 @@ import { EventHubProducerClient } from '@azure/event-hubs';
 import { AdapterError, ConfigError, errorMessage } from '../../src/core/errors.js';
 import { redact } from '../../src/core/redact.js';
 import type { Delivery, OutgoingMessage, Target } from '../../src/core/target.js';
-import { CLI_SCHEME, ENV_CONNECTION_STRING } from './names.js';
+import { type EventHubsAuth, eventHubsAuthFromEnv } from './credentials.js';
+import { CLI_SCHEME, ENV_CONNECTION_STRING, ENV_NAMESPACE } from './names.js';
 import { HUB_NAME } from './options.js';
 
 /**
- * `--to azure-event-hubs:HUB` with `EVENTHUBS_CONNECTION_STRING`: one event per envelope, its body
- * the envelope's UTF-8 bytes in a data section (what .NET, Python and Java publishers send; the
- * adapter reads them back exactly).
+ * `--to azure-event-hubs:HUB`, signed in as `run --source` does (credentials.ts): one event per
+ * envelope, its body the envelope's UTF-8 bytes in a data section (what .NET, Python and Java
+ * publishers send; the adapter reads them back exactly).
  */
 export function eventHubsTargetFromCli(spec: string, env: NodeJS.ProcessEnv = process.env): Target {
   const hub = spec.slice(CLI_SCHEME.length);
   if (!spec.startsWith(CLI_SCHEME) || !HUB_NAME.test(hub)) {
     throw new ConfigError(`--to ${redact(spec)}: expected ${CLI_SCHEME}HUB_NAME`);
   }
-  const connectionString = env[ENV_CONNECTION_STRING];
-  if (!connectionString) throw new ConfigError(`--to ${redact(spec)} needs ${ENV_CONNECTION_STRING}`);
-  let producer: EventHubProducerClient;
-  try {
-    producer = new EventHubProducerClient(connectionString, hub);
-  } catch (cause) {
-    // The SDK's message never echoes the connection string; ours must not either.
-    throw new ConfigError(`${ENV_CONNECTION_STRING} is not usable: ${errorMessage(cause)}`, { cause });
-  }
+  const producer = openTargetProducer(eventHubsAuthFromEnv(env, `--to ${redact(spec)}`), hub);
   const name = `event-hubs:${hub}`;
   return {
     name,
@@ -38,4 +31,18 @@ export function eventHubsTargetFromCli(spec: string, env: NodeJS.ProcessEnv = pr
     },
     close: () => producer.close(),
   };
+}
+
+function openTargetProducer(auth: EventHubsAuth, hub: string): EventHubProducerClient {
+  try {
+    if ('credential' in auth) {
+      return new EventHubProducerClient(auth.fullyQualifiedNamespace, hub, auth.credential);
+    }
+    // A hub-level connection string's EntityPath must name HUB (its key is scoped to that hub).
+    return new EventHubProducerClient(auth.connectionString, hub);
+  } catch (cause) {
+    // errorMessage redacts the key should the SDK's message quote the connection string.
+    const variable = 'credential' in auth ? ENV_NAMESPACE : ENV_CONNECTION_STRING;
+    throw new ConfigError(`${variable} is not usable: ${errorMessage(cause)}`, { cause });
+  }
 }
