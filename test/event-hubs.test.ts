@@ -320,6 +320,29 @@ describe('Event Hubs adapter against the real SDK', () => {
     expect(await checkpoints(worker.adapter)).toEqual({ 0: 1 });
   });
 
+  // Our broker sees each connection's open properties; the emulator's hubs are counted out per test.
+  it.skipIf(SERVER !== 'broker')(
+    "writes poison copies with the consumer's clientOptions (a proxy's web sockets, retries, user agent)",
+    async () => {
+      const broker = server as EventHubsBroker;
+      const poisonHub = await server.createHub(1);
+      const event = createTestEnvelope('daily.data.steps.created');
+      await hub.publish('0', event.raw);
+      const userAgent = 'partner-behind-proxy/1.0';
+      await startWorker(
+        () => {
+          throw new Error('poison');
+        },
+        { deadLetterQueue: poisonHub.name, clientOptions: { userAgent } },
+      );
+      await vi.waitFor(async () => expect(await poisonHub.events('0')).toHaveLength(1), WAIT);
+      // The SDK appends the client's userAgent to its own in the AMQP connection's properties.
+      const poisonProducers = broker.producerLinks().filter((link) => link.address === poisonHub.name);
+      expect(poisonProducers.length).toBeGreaterThan(0);
+      for (const link of poisonProducers) expect(link.userAgent).toMatch(/,partner-behind-proxy\/1\.0$/);
+    },
+  );
+
   it('holds the partition while the poison hub refuses the copy; a stop leaves the event for next time', async () => {
     const lanes = watchLanes();
     const poison = await publish('0');

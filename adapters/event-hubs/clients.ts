@@ -1,5 +1,6 @@
 import {
   type CheckpointStore,
+  type EventHubClientOptions,
   EventHubConsumerClient,
   type EventHubConsumerClientOptions,
   EventHubProducerClient,
@@ -66,13 +67,28 @@ export function openPoisonHub(
     throw new ConfigError(`deadLetterQueue "${hub}" is the hub being read: dead events would come back`);
   }
   const producer = options.connectionString
-    ? new EventHubProducerClient(withoutEntityPath(options.connectionString), hub)
+    ? new EventHubProducerClient(
+        withoutEntityPath(options.connectionString),
+        hub,
+        producerOptionsOf(options.clientOptions),
+      )
     : new EventHubProducerClient(
         options.fullyQualifiedNamespace as string,
         hub,
         options.credential as TokenCredential,
+        producerOptionsOf(options.clientOptions),
       );
   return new PoisonHub(producer, logger);
+}
+
+/**
+ * What of the consumer's client options a producer in the same namespace needs too: how to reach
+ * it (web sockets through a proxy, a custom endpoint), how to retry, the user agent. Not the load
+ * balancing, nor `identifier`, which is the consumer's owner id in the checkpoint store.
+ */
+function producerOptionsOf(clientOptions: EventHubConsumerClientOptions = {}): EventHubClientOptions {
+  const { loadBalancingOptions: _balancing, identifier: _ownerId, ...producerOptions } = clientOptions;
+  return producerOptions;
 }
 
 /** A namespace-level connection string: the poison hub is named separately. */

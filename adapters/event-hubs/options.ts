@@ -97,7 +97,10 @@ export type EventHubsAdapterOptions = Omit<
     readonly updateIntervalMs?: number;
     readonly partitionOwnershipExpirationIntervalMs?: number;
   };
-  /** Passed to `EventHubConsumerClient` (retry, web sockets, `identifier` = owner id, …). */
+  /**
+   * Passed to `EventHubConsumerClient` (retry, web sockets, `identifier` = owner id, …). The poison
+   * hub's producer that `deadLetterQueue` opens gets them too, without `loadBalancingOptions` and `identifier`.
+   */
   readonly clientOptions?: EventHubConsumerClientOptions;
   /** For logs and dead-letter records. Default `azure-event-hubs:<hub>`. */
   readonly name?: string;

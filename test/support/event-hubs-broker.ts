@@ -57,6 +57,14 @@ export interface PutToken {
   readonly token: string;
 }
 
+/** A link a client attached to send to a hub (a producer), and the client's connection. */
+export interface ProducerLinkInfo {
+  /** `HUB` or `HUB/Partitions/ID`. */
+  readonly address: string;
+  /** The `user-agent` of the connection's open properties (the SDK's, then `userAgent` of the client's options). */
+  readonly userAgent: string | undefined;
+}
+
 /** One hub's partitions, each an append-only log. */
 interface Hub {
   readonly name: string;
@@ -94,6 +102,7 @@ export class EventHubsBroker implements EventHubsTestServer {
   readonly #container: ReturnType<typeof rhea.create_container>;
   readonly #tls: EventHubsBrokerOptions['tls'];
   readonly #putTokens: PutToken[] = [];
+  readonly #producerLinks: ProducerLinkInfo[] = [];
   #server: Server;
   #port = 0;
 
@@ -151,6 +160,11 @@ export class EventHubsBroker implements EventHubsTestServer {
   /** The `$cbs` put-token requests received, oldest first. */
   putTokens(): readonly PutToken[] {
     return [...this.#putTokens];
+  }
+
+  /** The producer links clients attached to hubs, oldest first (closed ones too). */
+  producerLinks(): readonly ProducerLinkInfo[] {
+    return [...this.#producerLinks];
   }
 
   /** The namespace a client signing in with a token gives to reach this broker over TLS. */
@@ -390,6 +404,11 @@ export class EventHubsBroker implements EventHubsTestServer {
       // As Event Hubs does: a producer link to a hub that does not exist is refused.
       receiver.close({ condition: 'amqp:not-found', description: `no such entity: ${address}` });
       return;
+    }
+    if (hub !== undefined && this.#hubs.has(hub)) {
+      const properties = receiver.connection.remote.open?.properties as Record<string, unknown> | undefined;
+      const userAgent = properties?.['user-agent'];
+      this.#producerLinks.push({ address, userAgent: typeof userAgent === 'string' ? userAgent : undefined });
     }
     // The SDK sizes its batches by the link's max message size: announce one.
     (
