@@ -5,6 +5,7 @@
  * for a failover.
  */
 import { spawn } from 'node:child_process';
+import { connect, createServer, type Server } from 'node:net';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { Cluster } from 'ioredis';
@@ -13,7 +14,12 @@ import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { ConfigError, DedupeUnavailableError } from '../src/core/errors.js';
 import { silentLogger } from '../src/core/logger.js';
 import { createRedisDedupe, hashTag } from '../src/dedupe/redis.js';
-import { parseClusterNodes, parseClusterUrl } from '../src/dedupe/redis-cluster.js';
+import {
+  clusterOptions,
+  createCluster,
+  parseClusterNodes,
+  parseClusterUrl,
+} from '../src/dedupe/redis-cluster.js';
 import { realTimeContract } from './support/dedupe-realtime-contract.js';
 import { HAS_REDIS, RedisCluster } from './support/redis-server.js';
 
@@ -117,6 +123,33 @@ describe.skipIf(!HAS_REDIS)('Redis dedupe on a 3-master Redis Cluster', () => {
     expect(() => createRedisDedupe({ url: url(), tenant: '{acme}', logger: silentLogger() })).toThrow(
       ConfigError,
     );
+  });
+
+  it('the first call waits for every master, not only for the slot map (the client is ready before its masters are)', async () => {
+    const c = cluster as RedisCluster;
+    const slow = c.nodes[2] as { port: number }; // a master without a replica
+    // Connections to master 2 go through a proxy that holds each for 1 s (within the command
+    // timeout): the client knows the slots, and says ready, before master 2 answers.
+    const proxy = await holdingProxy(slow.port, 1000);
+    const client = createCluster(
+      c.nodes.slice(0, 2).map((n) => ({ host: '127.0.0.1', port: n.port })),
+      {
+        ...clusterOptions({}),
+        natMap: { [`127.0.0.1:${slow.port}`]: { host: '127.0.0.1', port: proxy.port } },
+      },
+    );
+    const store = createRedisDedupe({ client, prefix: 'slow-master', logger: silentLogger() });
+    try {
+      let id = '';
+      for (let i = 0; !id; i++) if ((await c.ownerOf(hashTag(`evt-slow-${i}`))) === 2) id = `evt-slow-${i}`;
+      if (client.status !== 'ready') await new Promise((resolve) => client.once('ready', resolve));
+      expect(await store.claim(id, 60_000)).toMatchObject({ status: 'claimed' });
+      expect(store.available).toBe(true);
+    } finally {
+      await store.close();
+      client.disconnect();
+      proxy.server.close();
+    }
   });
 
   it('unavailable while a slot has no master: that slot fails fast, others answer; back with its keys after a restart', async () => {
@@ -268,4 +301,25 @@ function counts(list: string[]): Map<string, number> {
   const m = new Map<string, number>();
   for (const id of list) m.set(id, (m.get(id) ?? 0) + 1);
   return m;
+}
+
+/** A loopback TCP proxy to `port` that starts relaying each connection `holdMs` after it opens. */
+async function holdingProxy(port: number, holdMs: number): Promise<{ server: Server; port: number }> {
+  const server = createServer((inbound) => {
+    const outbound = connect(port, '127.0.0.1');
+    const end = () => {
+      inbound.destroy();
+      outbound.destroy();
+    };
+    inbound.on('error', end).on('close', end);
+    outbound.on('error', end).on('close', end);
+    inbound.pause();
+    setTimeout(() => {
+      inbound.pipe(outbound);
+      outbound.pipe(inbound);
+      inbound.resume();
+    }, holdMs).unref();
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return { server, port: (server.address() as { port: number }).port };
 }

@@ -266,7 +266,8 @@ export class RedisDedupeStore implements DedupeStore {
 
   async #beforeFirstCall(): Promise<void> {
     if (this.#closed) throw new DedupeUnavailableError('Redis dedupe store is closed');
-    if (!this.#everReady && this.#redis.status !== 'ready') await this.#waitForFirstConnection();
+    // Not the client's status: a cluster is 'ready' once it knows the slots, before its masters are.
+    if (!this.#everReady) await this.#waitForFirstConnection();
   }
 
   #unavailable(cause: unknown): DedupeUnavailableError {
