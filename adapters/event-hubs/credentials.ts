@@ -1,5 +1,5 @@
 import type { TokenCredential } from '@azure/event-hubs';
-import { ConfigError } from '../../src/core/errors.js';
+import { ConfigError, errorMessage } from '../../src/core/errors.js';
 import { ENV_CONNECTION_STRING, ENV_NAMESPACE } from './names.js';
 
 /** How the CLI's Event Hubs source and replay sign in: a connection string, or a namespace and an identity. */
@@ -22,6 +22,29 @@ export function eventHubsAuthFromEnv(env: NodeJS.ProcessEnv, what: string): Even
     );
   }
   return { fullyQualifiedNamespace: namespace, credential: lazyDefaultCredential() };
+}
+
+/**
+ * A client built from `auth` by the matching maker; an SDK refusal (a malformed connection string
+ * or namespace) becomes a ConfigError naming the variable it came from (`errorMessage` redacts a
+ * key should the SDK quote the connection string).
+ */
+export function clientFor<T>(
+  auth: EventHubsAuth,
+  make: {
+    readonly namespace: (fullyQualifiedNamespace: string, credential: TokenCredential) => T;
+    readonly connectionString: (connectionString: string) => T;
+  },
+): T {
+  const identity = 'credential' in auth;
+  try {
+    return identity
+      ? make.namespace(auth.fullyQualifiedNamespace, auth.credential)
+      : make.connectionString(auth.connectionString);
+  } catch (cause) {
+    const variable = identity ? ENV_NAMESPACE : ENV_CONNECTION_STRING;
+    throw new ConfigError(`${variable} is not usable: ${errorMessage(cause)}`, { cause });
+  }
 }
 
 /** `DefaultAzureCredential`, imported when the first token is needed (an optional peer dependency). */

@@ -19,8 +19,8 @@ import {
 import { Waker } from '../../src/core/waker.js';
 import { envelopeText } from './body.js';
 import { withoutEntityPath } from './clients.js';
-import { type EventHubsAuth, eventHubsAuthFromEnv } from './credentials.js';
-import { CLI_SCHEME, ENV_CONNECTION_STRING, ENV_NAMESPACE } from './names.js';
+import { clientFor, type EventHubsAuth, eventHubsAuthFromEnv } from './credentials.js';
+import { CLI_SCHEME } from './names.js';
 import { HUB_NAME } from './options.js';
 import { POISON_PROPERTIES } from './poison-hub.js';
 import { traceContextOf } from './trace-context.js';
@@ -63,16 +63,13 @@ export async function eventHubsReplayReader(
 }
 
 function openReplayClient(auth: EventHubsAuth, consumerGroup: string, hub: string): EventHubConsumerClient {
-  try {
-    if ('credential' in auth) {
-      return new EventHubConsumerClient(consumerGroup, auth.fullyQualifiedNamespace, hub, auth.credential);
-    }
+  return clientFor(auth, {
+    namespace: (namespace, credential) =>
+      new EventHubConsumerClient(consumerGroup, namespace, hub, credential),
     // The connection string may name the worker's hub (EntityPath): SOURCE names the one to read.
-    return new EventHubConsumerClient(consumerGroup, withoutEntityPath(auth.connectionString), hub);
-  } catch (cause) {
-    const variable = 'credential' in auth ? ENV_NAMESPACE : ENV_CONNECTION_STRING;
-    throw new ConfigError(`${variable} is not usable: ${errorMessage(cause)}`, { cause });
-  }
+    connectionString: (connectionString) =>
+      new EventHubConsumerClient(consumerGroup, withoutEntityPath(connectionString), hub),
+  });
 }
 
 /** Where one partition's read starts and ends. */

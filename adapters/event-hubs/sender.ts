@@ -2,8 +2,8 @@ import { EventHubProducerClient } from '@azure/event-hubs';
 import { AdapterError, ConfigError, errorMessage } from '../../src/core/errors.js';
 import { redact } from '../../src/core/redact.js';
 import type { Delivery, OutgoingMessage, Target } from '../../src/core/target.js';
-import { type EventHubsAuth, eventHubsAuthFromEnv } from './credentials.js';
-import { CLI_SCHEME, ENV_CONNECTION_STRING, ENV_NAMESPACE } from './names.js';
+import { clientFor, type EventHubsAuth, eventHubsAuthFromEnv } from './credentials.js';
+import { CLI_SCHEME } from './names.js';
 import { HUB_NAME } from './options.js';
 
 /**
@@ -34,15 +34,9 @@ export function eventHubsTargetFromCli(spec: string, env: NodeJS.ProcessEnv = pr
 }
 
 function openTargetProducer(auth: EventHubsAuth, hub: string): EventHubProducerClient {
-  try {
-    if ('credential' in auth) {
-      return new EventHubProducerClient(auth.fullyQualifiedNamespace, hub, auth.credential);
-    }
+  return clientFor(auth, {
+    namespace: (namespace, credential) => new EventHubProducerClient(namespace, hub, credential),
     // A hub-level connection string's EntityPath must name HUB (its key is scoped to that hub).
-    return new EventHubProducerClient(auth.connectionString, hub);
-  } catch (cause) {
-    // errorMessage redacts the key should the SDK's message quote the connection string.
-    const variable = 'credential' in auth ? ENV_NAMESPACE : ENV_CONNECTION_STRING;
-    throw new ConfigError(`${variable} is not usable: ${errorMessage(cause)}`, { cause });
-  }
+    connectionString: (connectionString) => new EventHubProducerClient(connectionString, hub),
+  });
 }
