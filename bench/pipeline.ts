@@ -268,7 +268,7 @@ export async function runFloorOnce(raws: readonly string[], options: { complete:
     const completeBatch = db.transaction((ids: string[], tokens: string[], expiresAt: number) => {
       for (let i = 0; i < ids.length; i++) {
         if (endLease.run(ids[i], tokens[i]).changes !== 1) throw new Error('complete missed');
-        recordDone.run(ids[i], tokens[i], expiresAt);
+        recordDone.run(ids[i], expiresAt);
       }
     });
     const key = createSecretKey(Buffer.from(OUR_SECRET, 'utf8'));

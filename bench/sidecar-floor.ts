@@ -61,7 +61,7 @@ const commit = db.transaction((batch: Write[]) => {
   for (const w of batch) {
     if (w.complete) {
       if (endLease.run(w.id, w.token).changes !== 1) throw new Error('complete missed');
-      recordDone.run(w.id, w.token, now + 7 * 24 * 3600_000);
+      recordDone.run(w.id, now + 7 * 24 * 3600_000);
     } else if (claim.run(w.id, w.token, now + 60_000, w.id, now).changes !== 1) {
       throw new Error('claim missed');
     }

@@ -541,6 +541,23 @@ describe('SqliteDedupeStore only', () => {
     expect(await a.claim('evt-a', LEASE)).toEqual({ status: 'duplicate' });
   });
 
+  it('rows stay small: a done record keeps no token, and tokens are short', async () => {
+    // Every commit writes the pages of the rows it touched: a 22-character token in the lease
+    // and in the done record cost about 1 µs per event (docs/performance.md).
+    const store = openTracked();
+    const tk = token(await store.claim('evt-small', LEASE));
+    expect(tk.length).toBeLessThanOrEqual(12);
+    expect(await store.complete('evt-small', tk, RETENTION)).toBe(true);
+    const db = new Database(path, { readonly: true });
+    try {
+      const row = db.prepare('SELECT done, token FROM dedupe WHERE event_id = ?').get('evt-small');
+      expect(row).toEqual({ done: 1, token: '' });
+    } finally {
+      db.close();
+    }
+    expect(await store.claim('evt-small', LEASE)).toEqual({ status: 'duplicate' });
+  });
+
   it('purgeExpired() removes expired rows (expired leases and ended retention), nothing else', async () => {
     const store = openTracked();
     const count = () => {

@@ -1,3 +1,4 @@
+import { randomBytes } from 'node:crypto';
 import { DedupeUnavailableError } from '../core/errors.js';
 import { createPrivateFile } from '../core/private-file.js';
 import Database from '../core/sqlite-driver.js';
@@ -21,7 +22,6 @@ interface PendingOp {
 }
 
 const PURGE_BATCH = 5000;
-let storeCounter = 0;
 
 /**
  * SQLite store (better-sqlite3, WAL, one file). Writes of all in-flight messages are
@@ -33,7 +33,12 @@ export class SqliteDedupeStore implements DedupeStore {
   readonly persistence: { readonly kind: 'file'; readonly path: string };
   readonly #db: Database.Database;
   readonly #now: () => number;
-  readonly #tokenPrefix = `${process.pid}.${++storeCounter}.${Date.now().toString(36)}.`;
+  /**
+   * Owner tokens: this store's random prefix and a counter. Short, because every lease row holds
+   * one and the commit writes those rows (a token of 22 characters cost ~1 µs per event more
+   * than one of 11); 48 random bits keep two stores on one file apart.
+   */
+  readonly #tokenPrefix = randomBytes(6).toString('base64url');
   #tokenSeq = 0;
   #queue: PendingOp[] = [];
   #flushScheduled = false;
@@ -84,7 +89,7 @@ export class SqliteDedupeStore implements DedupeStore {
   complete(eventId: string, token: string, retentionMs: number): Promise<boolean> {
     return this.#enqueue(() => {
       if (this.#stmt.endLease.run(eventId, token).changes !== 1) return false;
-      this.#stmt.recordDone.run(eventId, token, this.#now() + retentionMs);
+      this.#stmt.recordDone.run(eventId, this.#now() + retentionMs);
       return true;
     });
   }
@@ -238,10 +243,12 @@ export const SQLITE_STATEMENTS = {
   extend: 'UPDATE leases SET expires_at = ? WHERE event_id = ? AND token = ?',
   /** Complete is endLease then, when it deleted the lease, recordDone; release is endLease alone. */
   endLease: 'DELETE FROM leases WHERE event_id = ? AND token = ?',
+  // A done record keeps no token (nothing reads it; the column is for leases of an earlier
+  // version): a shorter row of the large table, fewer bytes per commit.
   recordDone: `
-    INSERT INTO dedupe (event_id, done, token, expires_at, claims) VALUES (?, 1, ?, ?, 1)
+    INSERT INTO dedupe (event_id, done, token, expires_at, claims) VALUES (?, 1, '', ?, 1)
     ON CONFLICT (event_id) DO UPDATE
-      SET done = 1, token = excluded.token, expires_at = excluded.expires_at, claims = 1`,
+      SET done = 1, token = '', expires_at = excluded.expires_at, claims = 1`,
   forget: 'DELETE FROM dedupe WHERE event_id = ? AND done = 1 AND expires_at > ?',
   // Done rows go when their retention ends; abandoned claims a day after their lease (leases of
   // an earlier version, done = 0 in dedupe, alike).
