@@ -7,7 +7,10 @@
  * on `<hub>` or `<hub>/Partitions/<id>` (single messages and batches, format 0x80013700).
  * Several hubs (`createHub`); everything is in memory; plain TCP on 127.0.0.1 and a free port, or
  * TLS (`tls`) as Event Hubs itself speaks, for clients that sign in with a namespace and a token.
+ * Opt-in (`webSocket`), AMQP over WebSockets too, on a second port: what the SDK's
+ * `webSocketOptions` opens (a partner behind a proxy that lets only 443 through).
  */
+import { createServer as createHttpsServer, type Server as HttpsServer } from 'node:https';
 import type { AddressInfo, Server } from 'node:net';
 import rhea, {
   type Connection,
@@ -17,6 +20,7 @@ import rhea, {
   type Sender,
   type Typed,
 } from 'rhea';
+import { type WebSocket, WebSocketServer } from 'ws';
 import type { EventHubsTestServer, HubEvent, TestHub } from './event-hubs-server.js';
 
 /** One event as stored in a partition. */
@@ -37,6 +41,8 @@ export interface ConsumerLinkInfo {
   readonly consumerGroup: string;
   readonly partitionId: string;
   readonly ownerLevel: number | undefined;
+  /** Whether the link's connection came over the WebSocket listener. */
+  readonly webSocket: boolean;
 }
 
 export interface EventHubsBrokerOptions {
@@ -46,6 +52,11 @@ export interface EventHubsBrokerOptions {
   readonly partitions?: number;
   /** Listen with TLS (AMQPS) with this key and certificate (PEM) instead of plain TCP. */
   readonly tls?: { readonly key: string; readonly cert: string };
+  /**
+   * Also listen for AMQP over WebSockets on a second port of 127.0.0.1, over HTTPS with this key
+   * and certificate (PEM): the SDK dials only `wss://HOST:PORT/$servicebus/websocket`.
+   */
+  readonly webSocket?: { readonly key: string; readonly cert: string };
 }
 
 /** A `$cbs` put-token request as the broker received it. */
@@ -63,6 +74,8 @@ export interface ProducerLinkInfo {
   readonly address: string;
   /** The `user-agent` of the connection's open properties (the SDK's, then `userAgent` of the client's options). */
   readonly userAgent: string | undefined;
+  /** Whether the connection came over the WebSocket listener. */
+  readonly webSocket: boolean;
 }
 
 /** One hub's partitions, each an append-only log. */
@@ -73,6 +86,11 @@ interface Hub {
   readonly logs: Map<string, StoredEvent[]>;
   readonly nextOffset: Map<string, number>;
   roundRobin: number;
+}
+
+/** rhea's `container.websocket_accept` as lib/container.js and lib/ws.js have it. */
+interface WebSocketAccepting {
+  websocket_accept(socket: WebSocket, options: { readonly id: string }): void;
 }
 
 interface ConsumerLink extends ConsumerLinkInfo {
@@ -87,6 +105,11 @@ const CONSUMER_ADDRESS = /^([^/]+)\/ConsumerGroups\/([^/]+)\/Partitions\/([^/]+)
 const FILTER =
   /^amqp\.annotation\.(x-opt-offset|x-opt-sequence-number|x-opt-enqueued-time)\s*(>=|>)\s*'([^']*)'$/;
 const SELECTOR_FILTER = 'apache.org:selector-filter:string';
+/** Where and how the SDK (@azure/core-amqp) opens AMQP over WebSockets, as Event Hubs serves it. */
+const WEBSOCKET_PATH = '/$servicebus/websocket';
+const WEBSOCKET_PROTOCOL = 'AMQPWSB10';
+/** Our id for a connection accepted over WebSocket (rhea's own ids are `connection-N`). */
+const WEBSOCKET_CONNECTION_ID = /^websocket-\d+$/;
 
 export class EventHubsBroker implements EventHubsTestServer {
   readonly kind = 'broker';
@@ -105,6 +128,12 @@ export class EventHubsBroker implements EventHubsTestServer {
   readonly #producerLinks: ProducerLinkInfo[] = [];
   #server: Server;
   #port = 0;
+  readonly #webSocketTls: EventHubsBrokerOptions['webSocket'];
+  #webSocketServer: { readonly https: HttpsServer; readonly ws: WebSocketServer } | undefined;
+  #webSocketPort = 0;
+  #webSocketCount = 0;
+  /** The open WebSockets by the id of their AMQP connection. */
+  readonly #webSockets = new Map<string, WebSocket>();
 
   private constructor(options: EventHubsBrokerOptions) {
     this.hub = options.hub ?? 'hub';
@@ -124,6 +153,7 @@ export class EventHubsBroker implements EventHubsTestServer {
     container.on('connection_error', () => {});
     this.#container = container;
     this.#tls = options.tls;
+    this.#webSocketTls = options.webSocket;
     this.#server = this.#listen(0);
   }
 
@@ -133,24 +163,45 @@ export class EventHubsBroker implements EventHubsTestServer {
     return this.#container.listen({ transport: 'tls', key: this.#tls.key, cert: this.#tls.cert, host, port });
   }
 
+  /** The WebSocket listener: each socket with the right path and subprotocol becomes an AMQP connection. */
+  async #listenWebSocket(port: number): Promise<void> {
+    const tls = this.#webSocketTls;
+    if (!tls) return;
+    const https = createHttpsServer({ key: tls.key, cert: tls.cert });
+    const ws = new WebSocketServer({
+      server: https,
+      path: WEBSOCKET_PATH,
+      handleProtocols: (protocols) => (protocols.has(WEBSOCKET_PROTOCOL) ? WEBSOCKET_PROTOCOL : false),
+    });
+    ws.on('connection', (socket) => {
+      if (socket.protocol !== WEBSOCKET_PROTOCOL) {
+        socket.close(1002, `subprotocol ${WEBSOCKET_PROTOCOL} only`);
+        return;
+      }
+      const id = `websocket-${++this.#webSocketCount}`;
+      this.#webSockets.set(id, socket);
+      socket.once('close', () => this.#webSockets.delete(id));
+      // rhea wraps the WebSocket (lib/ws.js) and takes connection options; its typings say otherwise.
+      (this.#container as unknown as WebSocketAccepting).websocket_accept(socket, { id });
+    });
+    this.#webSocketServer = { https, ws };
+    await listening(https.listen({ host: '127.0.0.1', port }));
+    this.#webSocketPort = (https.address() as AddressInfo).port;
+  }
+
   static async start(options: EventHubsBrokerOptions = {}): Promise<EventHubsBroker> {
     const broker = new EventHubsBroker(options);
-    await broker.#listening();
+    await listening(broker.#server);
     broker.#port = (broker.#server.address() as AddressInfo).port;
+    await broker.#listenWebSocket(0);
     return broker;
   }
 
-  /** After `stop()` or `crash()`: listens again on the same port, with every hub and event kept. */
+  /** After `stop()` or `crash()`: listens again on the same port(s), with every hub and event kept. */
   async resume(): Promise<void> {
     this.#server = this.#listen(this.#port);
-    await this.#listening();
-  }
-
-  #listening(): Promise<void> {
-    return new Promise<void>((resolve, reject) => {
-      this.#server.once('listening', resolve);
-      this.#server.once('error', reject);
-    });
+    await listening(this.#server);
+    await this.#listenWebSocket(this.#webSocketPort);
   }
 
   get port(): number {
@@ -175,6 +226,17 @@ export class EventHubsBroker implements EventHubsTestServer {
   /** What the SDK needs to reach this broker (plain TCP: `UseDevelopmentEmulator=true`). */
   connectionString(hub = this.hub): string {
     return `Endpoint=sb://127.0.0.1:${this.#port};SharedAccessKeyName=dev;SharedAccessKey=dev;UseDevelopmentEmulator=true;EntityPath=${hub}`;
+  }
+
+  /**
+   * A connection string for the WebSocket listener (started with `webSocket`). The SDK dials
+   * `wss://` + the Endpoint's host and port when its client options have `webSocketOptions`; the
+   * host is `localhost`, the name in the certificate. Without `webSocketOptions` a client would
+   * speak AMQP over TLS to this port and fail.
+   */
+  webSocketConnectionString(hub = this.hub): string {
+    if (!this.#webSocketServer) throw new Error('the broker was started without a WebSocket listener');
+    return `Endpoint=sb://localhost:${this.#webSocketPort};SharedAccessKeyName=dev;SharedAccessKey=dev;EntityPath=${hub}`;
   }
 
   /** Appends an event to a partition, as a publisher sending raw UTF-8 bytes would. */
@@ -218,18 +280,19 @@ export class EventHubsBroker implements EventHubsTestServer {
 
   /** Consumer links attached right now. */
   consumers(): ConsumerLinkInfo[] {
-    return [...this.#consumers].map(({ hub, consumerGroup, partitionId, ownerLevel }) => ({
+    return [...this.#consumers].map(({ hub, consumerGroup, partitionId, ownerLevel, webSocket }) => ({
       hub,
       consumerGroup,
       partitionId,
       ownerLevel,
+      webSocket,
     }));
   }
 
   async stop(): Promise<void> {
     const connections = [...this.#connections];
     for (const connection of connections) connection.close();
-    await this.#closeServer(connections);
+    await Promise.all([this.#closeServer(connections), this.#closeWebSocketServer()]);
   }
 
   /**
@@ -238,8 +301,8 @@ export class EventHubsBroker implements EventHubsTestServer {
    */
   async crash(): Promise<void> {
     const connections = [...this.#connections];
-    for (const connection of connections) socketOf(connection)?.destroy();
-    await this.#closeServer(connections);
+    for (const connection of connections) this.#destroySocket(connection);
+    await Promise.all([this.#closeServer(connections), this.#closeWebSocketServer()]);
   }
 
   async #closeServer(connections: readonly Connection[]): Promise<void> {
@@ -250,9 +313,30 @@ export class EventHubsBroker implements EventHubsTestServer {
       this.#server.close(() => resolve());
       // Sockets still open after close() keep the server alive: end them.
       setImmediate(() => {
-        for (const c of connections) socketOf(c)?.destroy();
+        for (const c of connections) this.#destroySocket(c);
       });
     });
+  }
+
+  async #closeWebSocketServer(): Promise<void> {
+    const server = this.#webSocketServer;
+    if (!server) return;
+    this.#webSocketServer = undefined;
+    await new Promise<void>((resolve) => {
+      server.https.close(() => resolve());
+      // As for TCP: sockets still open keep the server alive.
+      setImmediate(() => {
+        for (const socket of server.ws.clients) socket.terminate();
+      });
+    });
+    await new Promise<void>((resolve) => server.ws.close(() => resolve()));
+  }
+
+  /** Ends a connection's socket (a TCP/TLS socket, or the WebSocket under it) without a goodbye. */
+  #destroySocket(connection: Connection): void {
+    const webSocket = this.#webSockets.get(connection.options.id ?? '');
+    if (webSocket) webSocket.terminate();
+    else socketOf(connection)?.destroy();
   }
 
   #addHub(name: string, partitions: number): Hub {
@@ -347,7 +431,8 @@ export class EventHubsBroker implements EventHubsTestServer {
       sender.close({ condition: 'amqp:invalid-field', description: (error as Error).message });
       return;
     }
-    this.#consumers.add({ hub, consumerGroup, partitionId, ownerLevel, sender, cursor });
+    const webSocket = viaWebSocket(sender.connection);
+    this.#consumers.add({ hub, consumerGroup, partitionId, ownerLevel, webSocket, sender, cursor });
   }
 
   #startIndex(hub: Hub, partitionId: string, filter: string | undefined): number {
@@ -408,7 +493,11 @@ export class EventHubsBroker implements EventHubsTestServer {
     if (hub !== undefined && this.#hubs.has(hub)) {
       const properties = receiver.connection.remote.open?.properties as Record<string, unknown> | undefined;
       const userAgent = properties?.['user-agent'];
-      this.#producerLinks.push({ address, userAgent: typeof userAgent === 'string' ? userAgent : undefined });
+      this.#producerLinks.push({
+        address,
+        userAgent: typeof userAgent === 'string' ? userAgent : undefined,
+        webSocket: viaWebSocket(receiver.connection),
+      });
     }
     // The SDK sizes its batches by the link's max message size: announce one.
     (
@@ -530,6 +619,18 @@ function hubEvent(event: StoredEvent): HubEvent {
     body: Buffer.isBuffer(content) ? new Uint8Array(content) : Buffer.from(JSON.stringify(event.body)),
     applicationProperties: event.applicationProperties,
   };
+}
+
+function listening(server: Server): Promise<void> {
+  return new Promise<void>((resolve, reject) => {
+    server.once('listening', resolve);
+    server.once('error', reject);
+  });
+}
+
+/** Whether the broker accepted this connection over its WebSocket listener (it named it so). */
+function viaWebSocket(connection: Connection): boolean {
+  return WEBSOCKET_CONNECTION_ID.test(connection.options.id ?? '');
 }
 
 function socketOf(connection: Connection): { destroy(): void } | undefined {
