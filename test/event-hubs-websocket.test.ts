@@ -1,4 +1,5 @@
 import { join } from 'node:path';
+import tls from 'node:tls';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
 import { WebSocket } from 'ws';
 import {
@@ -23,9 +24,18 @@ import { HAS_OPENSSL, selfSignedLocalhostCert } from './support/tls-cert.js';
  */
 const WAIT = { timeout: 10_000, interval: 20 };
 
+/** Node's own WebSocket client (undici's, global from Node 22): none on Node 20. */
+const NODE_WEBSOCKET: typeof globalThis.WebSocket | undefined = globalThis.WebSocket;
+/** Node's process-wide CA list (from Node 24.5, backported to 22; not in @types/node 20). */
+const caDefaults = tls as {
+  getCACertificates?: (type: 'default') => string[];
+  setDefaultCACertificates?: (certs: readonly string[]) => void;
+};
+
 describe.skipIf(!HAS_OPENSSL)('Event Hubs adapter over AMQP WebSockets', () => {
   let certDir: ReturnType<typeof tempDir>;
   let broker: EventHubsBroker;
+  let cert: string;
   let clientOptions: NonNullable<EventHubsAdapterOptions['clientOptions']>;
   let dir: ReturnType<typeof tempDir>;
   let hub: TestHub;
@@ -33,11 +43,10 @@ describe.skipIf(!HAS_OPENSSL)('Event Hubs adapter over AMQP WebSockets', () => {
 
   beforeAll(async () => {
     certDir = tempDir('phe-eventhubs-ws-cert-');
-    const cert = selfSignedLocalhostCert(certDir.path);
-    broker = await EventHubsBroker.start({ webSocket: { key: cert.key, cert: cert.cert } });
-    clientOptions = {
-      webSocketOptions: { webSocket: WebSocket, webSocketConstructorOptions: { ca: cert.cert } },
-    };
+    const made = selfSignedLocalhostCert(certDir.path);
+    cert = made.cert;
+    broker = await EventHubsBroker.start({ webSocket: { key: made.key, cert } });
+    clientOptions = { webSocketOptions: { webSocket: WebSocket, webSocketConstructorOptions: { ca: cert } } };
   });
 
   afterAll(async () => {
@@ -111,4 +120,43 @@ describe.skipIf(!HAS_OPENSSL)('Event Hubs adapter over AMQP WebSockets', () => {
     expect(producers.length).toBeGreaterThan(0);
     for (const link of producers) expect(link.webSocket).toBe(true);
   });
+
+  // What docs/adapters/event-hubs.md tells partners on Node 22 and later: no `ws` needed.
+  it.skipIf(!NODE_WEBSOCKET || !caDefaults.setDefaultCACertificates)(
+    "Node's own WebSocket works as webSocketOptions.webSocket, for the consumer and the poison hub's producer",
+    async () => {
+      // It takes no TLS options: the test's certificate is trusted process-wide meanwhile.
+      const defaults = caDefaults.getCACertificates?.('default') ?? [];
+      caDefaults.setDefaultCACertificates?.([...defaults, cert]);
+      try {
+        const poisonHub = await broker.createHub(1);
+        const dead = createTestEnvelope('daily.data.steps.created');
+        const fine = createTestEnvelope('daily.data.steps.created');
+        await hub.publish('0', dead.raw);
+        await hub.publish('0', fine.raw);
+        const handled: string[] = [];
+        await startConsumer(
+          (e) => {
+            if (e.event_id === dead.eventId) throw new Error('poison');
+            handled.push(e.event_id);
+          },
+          {
+            deadLetterQueue: poisonHub.name,
+            // (Skipped above when absent.)
+            clientOptions: { webSocketOptions: { webSocket: NODE_WEBSOCKET as typeof globalThis.WebSocket } },
+          },
+        );
+
+        await vi.waitFor(() => expect(handled).toEqual([fine.eventId]), WAIT);
+        expect(await poisonHub.events('0')).toHaveLength(1);
+        const consumers = broker.consumers().filter((link) => link.hub === hub.name);
+        expect(consumers).toEqual([expect.objectContaining({ webSocket: true })]);
+        const producers = broker.producerLinks().filter((link) => link.address === poisonHub.name);
+        expect(producers.length).toBeGreaterThan(0);
+        for (const link of producers) expect(link.webSocket).toBe(true);
+      } finally {
+        caDefaults.setDefaultCACertificates?.(defaults);
+      }
+    },
+  );
 });
