@@ -1,0 +1,170 @@
+/**
+ * How close to the floor a consumer built another way could get: the least machinery a
+ * batch-at-a-time consumer would have (docs/performance.md, "A batch-shaped consumer, measured").
+ *
+ * Per receive of 64 messages from the memory source: verify each (`verifyMessage`), claim all in
+ * ONE transaction of the store's own claim statement, validate each body and call a no-op
+ * handler, decide each outcome, complete all in ONE transaction of the store's complete
+ * statements, settle each message. No promise per event, no per-event store call, no router, no
+ * lease keeper, no tracing, no logging: everything the real pipeline does per event beyond that
+ * is left out. Run beside the pipeline and both floors, interleaved:
+ *
+ *   npx tsx bench/batch-bound.ts [--size 300B] [--n 20000] [--reps 5]
+ */
+import { randomBytes } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { parseArgs } from 'node:util';
+import { createMemorySource } from '../adapters/memory/index.js';
+import { DEFAULT_MAX_ENVELOPE_BYTES } from '../src/core/envelope.js';
+import { validateEvent } from '../src/core/events/validate.js';
+import { DEFAULT_RETRY_POLICY, type DecisionPolicy, decide, type Outcome } from '../src/core/outcome.js';
+import { Keyring } from '../src/core/secrets.js';
+import Database from '../src/core/sqlite-driver.js';
+import { verifyMessage } from '../src/core/verify.js';
+
+import { createSqliteDedupe, SQLITE_STATEMENTS } from '../src/dedupe/sqlite.js';
+import { makeEnvelopes, OUR_SECRET, sizeByLabel } from './fixtures.js';
+import { runFloorOnce, runPipelineOnce } from './pipeline.js';
+import { fmtFixed, fmtInt, median, table } from './stats.js';
+
+const { values } = parseArgs({
+  options: {
+    size: { type: 'string', default: '300B' },
+    n: { type: 'string', default: '20000' },
+    reps: { type: 'string', default: '5' },
+  },
+});
+
+const BATCH = 64;
+const LEASE_MS = 60_000;
+const RETENTION_MS = 7 * 24 * 3600_000;
+const POLICY: DecisionPolicy = {
+  retry: DEFAULT_RETRY_POLICY,
+  leaseMs: LEASE_MS,
+  handlerTimeoutMs: 30_000,
+  unknownEventTypes: 'ack',
+};
+
+interface Timed {
+  readonly ms: number;
+  readonly cpuUs: number;
+}
+
+async function runBoundOnce(raws: readonly string[]): Promise<Timed> {
+  const dir = mkdtempSync(join(tmpdir(), 'phe-bound-'));
+  try {
+    const path = join(dir, 'bound.sqlite');
+    await createSqliteDedupe({ path }).close();
+    const db = new Database(path);
+    db.pragma('journal_mode = WAL');
+    db.pragma('synchronous = NORMAL');
+    db.pragma('wal_autocheckpoint = 10000');
+    db.pragma('cache_size = -32000');
+    const claim = db.prepare(SQLITE_STATEMENTS.claimNew);
+    const endLease = db.prepare(SQLITE_STATEMENTS.endLease);
+    const recordDone = db.prepare(SQLITE_STATEMENTS.recordDone);
+    const prefix = randomBytes(6).toString('base64url');
+    let seq = 0;
+    const claimAll = db.transaction((ids: readonly string[]) => {
+      const now = Date.now();
+      return ids.map((id) => {
+        const token = prefix + (++seq).toString(36);
+        return claim.run(id, token, now + LEASE_MS, id, now).changes === 1 ? token : undefined;
+      });
+    });
+    const completeAll = db.transaction((ids: readonly string[], tokens: readonly string[]) => {
+      const expiresAt = Date.now() + RETENTION_MS;
+      for (let i = 0; i < ids.length; i++) {
+        if (endLease.run(ids[i], tokens[i]).changes !== 1) throw new Error('bound: complete missed');
+        recordDone.run(ids[i], expiresAt);
+      }
+    });
+    // Each store step after a turn of the event loop, as the store's group commit does.
+    const nextTurn = () => new Promise<void>((resolve) => setImmediate(resolve));
+    const keyring = new Keyring([{ id: 'current', secret: OUR_SECRET }]);
+    const source = createMemorySource({ endWhenEmpty: true });
+    for (const raw of raws) source.send(raw);
+    const signal = new AbortController().signal;
+    const handler = (_event: unknown) => {};
+
+    const cpu = process.cpuUsage();
+    const started = performance.now();
+    for (;;) {
+      const batch = await source.receive(BATCH, signal);
+      if (batch === null) break;
+      const verified = batch.map((m) =>
+        verifyMessage(m.body, {
+          keyring,
+          now: Date.now(),
+          enqueuedAt: m.enqueuedAt,
+          maxEnvelopeBytes: DEFAULT_MAX_ENVELOPE_BYTES,
+        }),
+      );
+      const ids = verified.map((v) => v.eventId);
+      await nextTurn();
+      const tokens = claimAll.immediate(ids);
+      const outcomes: Outcome[] = [];
+      for (let i = 0; i < verified.length; i++) {
+        const v = verified[i] as (typeof verified)[number];
+        const validation = validateEvent(v.eventType, v.payload);
+        if (tokens[i] === undefined || !validation.ok) throw new Error('bound: not claimed or invalid');
+        handler(validation.event);
+        outcomes.push(
+          decide({ kind: 'handled' }, (batch[i] as (typeof batch)[number]).attempt, POLICY).outcome,
+        );
+      }
+      await nextTurn();
+      completeAll.immediate(ids, tokens as string[]);
+      await Promise.all(batch.map((m, i) => source.settle(m, outcomes[i] as Outcome)));
+    }
+    db.close();
+    const ms = performance.now() - started;
+    const used = process.cpuUsage(cpu);
+    if (source.settled.length !== raws.length) throw new Error('bound: not every message settled');
+    return { ms, cpuUs: used.user + used.system };
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+const n = Number(values.n);
+const reps = Number(values.reps);
+const size = sizeByLabel(values.size);
+const raws = makeEnvelopes(size.bytes, n);
+const sides = {
+  bound: () => runBoundOnce(raws),
+  pipeline: () => runPipelineOnce(raws, BATCH),
+  floor: () => runFloorOnce(raws, { complete: false }),
+  'floor+c': () => runFloorOnce(raws, { complete: true }),
+} as const;
+type Side = keyof typeof sides;
+const names = Object.keys(sides) as Side[];
+const timed = Object.fromEntries(names.map((s) => [s, [] as Timed[]])) as Record<Side, Timed[]>;
+for (const side of names) await sides[side](); // warm-up
+for (let r = 0; r < reps; r++) for (const side of names) timed[side].push(await sides[side]());
+
+const perSec = (t: Timed) => (n / t.ms) * 1000;
+const cpuPer = (t: Timed) => t.cpuUs / n;
+/** Per repetition, `a` ÷ `b` by events/s and by CPU, medians. */
+const ratio = (a: Side, b: Side) => ({
+  wall: median(timed[a].map((t, i) => perSec(t) / perSec(timed[b][i] as Timed))),
+  cpu: median(timed[a].map((t, i) => cpuPer(timed[b][i] as Timed) / cpuPer(t))),
+});
+console.log(`${size.label} bodies, ${fmtInt(n)} events, ${reps} interleaved repetitions, medians\n`);
+const rows = [['', 'events/s', 'CPU µs/event', '÷ floor', '÷ floor+c', '÷ floor (CPU)', '÷ floor+c (CPU)']];
+for (const side of names) {
+  const f = ratio(side, 'floor');
+  const fc = ratio(side, 'floor+c');
+  rows.push([
+    side,
+    fmtInt(median(timed[side].map(perSec))),
+    fmtFixed(median(timed[side].map(cpuPer)), 2),
+    fmtFixed(f.wall, 2),
+    fmtFixed(fc.wall, 2),
+    fmtFixed(f.cpu, 2),
+    fmtFixed(fc.cpu, 2),
+  ]);
+}
+console.log(table(rows));
