@@ -10,10 +10,10 @@ import { createMemorySource } from '../adapters/memory/index.js';
 import { createConsumer } from '../src/consumer/consumer.js';
 import { type EventType, eventSchemas } from '../src/core/events/schemas.js';
 import { silentLogger } from '../src/core/logger.js';
-import Database from '../src/core/sqlite-driver.js';
-import { createSqliteDedupe, SQLITE_STATEMENTS } from '../src/dedupe/sqlite.js';
+import { createSqliteDedupe } from '../src/dedupe/sqlite.js';
 import { EVENT_TYPE, makeEnvelopes, OUR_SECRET, sizeByLabel } from './fixtures.js';
 import { median } from './stats.js';
+import { openStoreFileBare } from './store-file.js';
 
 export interface PipelineSizeOptions {
   readonly size: string;
@@ -245,17 +245,8 @@ const LEASE_MS = 60_000;
 export async function runFloorOnce(raws: readonly string[], options: { complete: boolean }): Promise<Timed> {
   const dir = freshDir();
   try {
-    const path = join(dir, 'floor.sqlite');
-    await createSqliteDedupe({ path }).close();
-    const db = new Database(path);
-    db.pragma('journal_mode = WAL');
-    db.pragma('synchronous = NORMAL');
-    db.pragma('wal_autocheckpoint = 10000');
-    db.pragma('cache_size = -32000');
+    const { db, claim, endLease, recordDone } = await openStoreFileBare(join(dir, 'floor.sqlite'));
     const insert = db.prepare('INSERT INTO dedupe (event_id, done, token, expires_at) VALUES (?, 0, ?, ?)');
-    const claim = db.prepare(SQLITE_STATEMENTS.claimNew);
-    const endLease = db.prepare(SQLITE_STATEMENTS.endLease);
-    const recordDone = db.prepare(SQLITE_STATEMENTS.recordDone);
     const insertBatch = db.transaction((ids: string[], tokens: string[], now: number) => {
       for (let i = 0; i < ids.length; i++) insert.run(ids[i], tokens[i], now + LEASE_MS);
     });

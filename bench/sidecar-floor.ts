@@ -17,9 +17,9 @@ import { createServer } from 'node:http';
 import { parseArgs } from 'node:util';
 import { Pool } from 'undici';
 import { type EventType, eventSchemas } from '../src/core/events/schemas.js';
-import Database from '../src/core/sqlite-driver.js';
-import { createSqliteDedupe, SQLITE_STATEMENTS } from '../src/dedupe/sqlite.js';
+
 import { OUR_SECRET } from './fixtures.js';
+import { openStoreFileBare } from './store-file.js';
 
 const { values } = parseArgs({
   options: {
@@ -37,16 +37,8 @@ const appUrl = new URL(values.app as string);
 const pool = new Pool(appUrl.origin, { connections: concurrency, pipelining: 1 });
 const key = createSecretKey(Buffer.from(OUR_SECRET, 'utf8'));
 
-await createSqliteDedupe({ path: values.db as string }).close();
-const db = new Database(values.db as string);
-db.pragma('journal_mode = WAL');
-db.pragma('synchronous = NORMAL');
-db.pragma('wal_autocheckpoint = 10000');
-db.pragma('cache_size = -32000');
 // The store's own statements, bare (src/dedupe/sqlite.ts).
-const claim = db.prepare(SQLITE_STATEMENTS.claimNew);
-const endLease = db.prepare(SQLITE_STATEMENTS.endLease);
-const recordDone = db.prepare(SQLITE_STATEMENTS.recordDone);
+const { db, claim, endLease, recordDone } = await openStoreFileBare(values.db as string);
 
 /** Writes of one turn of the event loop, committed in one transaction. */
 interface Write {

@@ -77,6 +77,7 @@ export {
   type DedupePersistence,
   type DedupeState,
   type DedupeStore,
+  type HeldClaim,
   type MemoryDedupeOptions,
   type MemoryDedupeStore,
   type SqliteDedupeOptions,

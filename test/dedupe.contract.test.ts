@@ -303,6 +303,60 @@ function dedupeContract(name: string, factory: StoreFactory): void {
       expect(reclaimed.status).toBe('claimed');
       expect(lateComplete).toBe(false);
     });
+
+    describe('batches: claimMany and completeMany answer each event as claim and complete would', () => {
+      it('claimMany: in order; a repeated id sees the lease its first copy took; done and leased events too', async () => {
+        const claimMany = store.claimMany?.bind(store);
+        expect(claimMany).toBeTypeOf('function');
+        if (!claimMany) return;
+        const done = token(await store.claim('evt-done', LEASE));
+        await store.complete('evt-done', done, RETENTION);
+        token(await store.claim('evt-held', LEASE));
+        const answers = await claimMany(['evt-a', 'evt-b', 'evt-a', 'evt-done', 'evt-held'], LEASE);
+        expect(answers.map((a) => a.status)).toEqual([
+          'claimed',
+          'claimed',
+          'in_progress',
+          'duplicate',
+          'in_progress',
+        ]);
+        const [a, b] = answers.map((r) => (r.status === 'claimed' ? r.token : ''));
+        expect(a).not.toBe(b);
+        expect(await store.claim('evt-b', LEASE)).toEqual({ status: 'in_progress', retryAfterMs: LEASE });
+        // A batch of one, and an empty one.
+        expect((await claimMany(['evt-c'], LEASE))[0]?.status).toBe('claimed');
+        expect(await claimMany([], LEASE)).toEqual([]);
+      });
+
+      it('claimMany counts abandoned claims as claim does', async () => {
+        token(await store.claim('evt-1', LEASE));
+        advance(LEASE);
+        const [again] = (await store.claimMany?.(['evt-1'], LEASE)) ?? [];
+        expect(again).toMatchObject({ status: 'claimed', abandoned: 1 });
+      });
+
+      it('completeMany: true for a claim held, false for a wrong token, per item in order', async () => {
+        const completeMany = store.completeMany?.bind(store);
+        expect(completeMany).toBeTypeOf('function');
+        if (!completeMany) return;
+        const a = token(await store.claim('evt-a', LEASE));
+        const b = token(await store.claim('evt-b', LEASE));
+        const answers = await completeMany(
+          [
+            { eventId: 'evt-a', token: a },
+            { eventId: 'evt-b', token: `${b}x` },
+            { eventId: 'evt-never', token: a },
+          ],
+          RETENTION,
+        );
+        expect(answers).toEqual([true, false, false]);
+        expect(await store.claim('evt-a', LEASE)).toEqual({ status: 'duplicate' });
+        expect(await store.peek('evt-b')).toBe('in_progress');
+        expect(await store.complete('evt-b', b, RETENTION)).toBe(true);
+        advance(RETENTION);
+        expect((await store.claim('evt-a', LEASE)).status).toBe('claimed'); // retention from completeMany
+      });
+    });
   });
 }
 
@@ -539,6 +593,31 @@ describe('SqliteDedupeStore only', () => {
     expect(ta).not.toBe(tb);
     expect(await b.complete('evt-a', ta, RETENTION)).toBe(true); // the token is what counts, not the connection
     expect(await a.claim('evt-a', LEASE)).toEqual({ status: 'duplicate' });
+  });
+
+  it('claimMany and completeMany are all or nothing: a batch whose write fails changes none of its events', async () => {
+    const store = openTracked();
+    const done = token(await store.claim('evt-3', LEASE));
+    const held = token(await store.claim('evt-4', LEASE));
+    const db = new Database(path);
+    // A write that fails for one event of the batch, as a full disk or an I/O error would.
+    db.exec(`
+      CREATE TRIGGER no_poison_lease BEFORE INSERT ON leases WHEN NEW.event_id = 'evt-poison'
+        BEGIN SELECT RAISE(ABORT, 'no room'); END;
+      CREATE TRIGGER no_done_4 BEFORE INSERT ON dedupe WHEN NEW.event_id = 'evt-4'
+        BEGIN SELECT RAISE(ABORT, 'no room'); END;`);
+    db.close();
+    await expect(store.claimMany(['evt-1', 'evt-poison', 'evt-2'], LEASE)).rejects.toBeInstanceOf(
+      DedupeUnavailableError,
+    );
+    expect([await store.peek('evt-1'), await store.peek('evt-2')]).toEqual(['absent', 'absent']);
+    const completing = [
+      { eventId: 'evt-3', token: done },
+      { eventId: 'evt-4', token: held },
+    ];
+    await expect(store.completeMany(completing, RETENTION)).rejects.toBeInstanceOf(DedupeUnavailableError);
+    expect([await store.peek('evt-3'), await store.peek('evt-4')]).toEqual(['in_progress', 'in_progress']);
+    expect(await store.complete('evt-3', done, RETENTION)).toBe(true); // its lease is still its own
   });
 
   it('rows stay small: a done record keeps no token, and tokens are short', async () => {

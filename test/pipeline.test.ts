@@ -929,3 +929,155 @@ describe('consumer: dead letters, settling, shutdown', () => {
     expect(handler).toHaveBeenCalledOnce();
   });
 });
+
+describe('a receive is processed as one batch: one store call for its claims, one for its completes', () => {
+  let h: Harness | undefined;
+  afterEach(async () => {
+    await h?.cleanup();
+    h = undefined;
+  });
+
+  /** The memory store, counting its calls. */
+  function countingStore() {
+    const store = createMemoryDedupe();
+    const calls = { claim: 0, claimMany: [] as number[], complete: 0, completeMany: [] as number[] };
+    const claimMany = store.claimMany.bind(store);
+    const completeMany = store.completeMany.bind(store);
+    const claim = store.claim.bind(store);
+    const complete = store.complete.bind(store);
+    Object.assign(store, {
+      claim: (id: string, leaseMs: number) => {
+        calls.claim++;
+        return claim(id, leaseMs);
+      },
+      claimMany: (ids: readonly string[], leaseMs: number) => {
+        calls.claimMany.push(ids.length);
+        return claimMany(ids, leaseMs);
+      },
+      complete: (id: string, token: string, retentionMs: number) => {
+        calls.complete++;
+        return complete(id, token, retentionMs);
+      },
+      completeMany: (claims: readonly { eventId: string; token: string }[], retentionMs: number) => {
+        calls.completeMany.push(claims.length);
+        return completeMany(claims, retentionMs);
+      },
+    });
+    return { store, calls };
+  }
+
+  it('claims and completes the events of a receive in one call each; a forged one never reaches the store', async () => {
+    const { store, calls } = countingStore();
+    h = harness({ dedupe: store, endWhenEmpty: true });
+    h.consumer.on('*', () => {});
+    for (let i = 0; i < 5; i++) h.source.send(createTestEnvelope('daily.data.steps.created').raw);
+    h.source.send(forgedEnvelope('daily.data.steps.created').raw);
+    await h.consumer.start();
+    await h.consumer.stopped;
+    expect(h.reports.filter((r) => r.outcome.kind === 'ack')).toHaveLength(5);
+    // The forged one is retried (until dead) on its own: a batch of one claims with `claim`.
+    expect(calls.claimMany).toEqual([5]);
+    expect(calls.completeMany).toEqual([5]);
+    expect(calls.claim + calls.complete).toBe(0);
+  });
+
+  it('a slow handler holds back no other message of its batch', async () => {
+    h = harness();
+    let release: () => void = () => {};
+    const gate = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    const slow = createTestEnvelope('daily.data.steps.created');
+    h.consumer.on('*', (event) => (event.event_id === slow.event.event_id ? gate : undefined));
+    const fast = [0, 1, 2].map(() => createTestEnvelope('daily.data.steps.created'));
+    h.source.send(fast[0]?.raw as string);
+    h.source.send(slow.raw);
+    for (const f of fast.slice(1)) h.source.send(f.raw);
+    await h.consumer.start();
+    for (const f of fast) await h.waitFor((r) => r.eventId === f.event.event_id);
+    expect(h.reports.map((r) => r.eventId)).not.toContain(slow.event.event_id);
+    expect(await h.dedupe.peek(String(slow.event.event_id))).toBe('in_progress');
+    release();
+    const report = await h.waitFor((r) => r.eventId === slow.event.event_id);
+    expect(report.outcome).toEqual({ kind: 'ack', result: 'handled' });
+    expect(await h.dedupe.peek(String(slow.event.event_id))).toBe('done');
+  });
+
+  it('mixed fates in one batch: handled, duplicate, handler error, schema-invalid, each its own outcome', async () => {
+    h = harness();
+    const done = createTestEnvelope('daily.data.steps.created');
+    await h.dedupe.claim(String(done.event.event_id), 1000).then((c) => {
+      if (c.status === 'claimed') return h?.dedupe.complete(String(done.event.event_id), c.token, 60_000);
+    });
+    const good = createTestEnvelope('daily.data.steps.created');
+    const failing = createTestEnvelope('daily.data.steps.created');
+    const invalid = createTestEnvelope('daily.data.steps.created', { fields: { value: 'many' } });
+    h.consumer.on('*', (event) => {
+      if (event.event_id === failing.event.event_id) throw new Error('downstream said no');
+    });
+    for (const e of [good, done, failing, invalid]) h.source.send(e.raw);
+    await h.consumer.start();
+    const fate = async (e: { eventId: string }) =>
+      (await h?.waitFor((r) => r.eventId === e.eventId))?.outcome;
+    expect(await fate(good)).toEqual({ kind: 'ack', result: 'handled' });
+    expect(await fate(done)).toEqual({ kind: 'ack', result: 'duplicate' });
+    expect(await fate(failing)).toMatchObject({ kind: 'retry', code: 'HANDLER_FAILED' });
+    expect(await fate(invalid)).toMatchObject({ kind: 'dead', code: 'SCHEMA_INVALID' });
+    // The failed and the invalid one gave their claims back.
+    expect(await h.dedupe.peek(String(failing.event.event_id))).not.toBe('done');
+    expect(await h.dedupe.peek(String(invalid.event.event_id))).toBe('absent');
+  });
+
+  it('a store without claimMany is called per event, and a failed claim fails only its own message', async () => {
+    const memory = createMemoryDedupe();
+    const unlucky = createTestEnvelope('daily.data.steps.created');
+    // A store of the DedupeStore interface with no batch methods (as the Redis stores are).
+    const store: DedupeStore = {
+      claim: (id, leaseMs) =>
+        id === unlucky.event.event_id
+          ? Promise.reject(new Error('connection reset'))
+          : memory.claim(id, leaseMs),
+      extend: (id, token, leaseMs) => memory.extend(id, token, leaseMs),
+      complete: (id, token, retentionMs) => memory.complete(id, token, retentionMs),
+      release: (id, token) => memory.release(id, token),
+      peek: (id) => memory.peek(id),
+      close: () => memory.close(),
+    };
+    h = harness({ dedupe: store });
+    h.consumer.on('*', () => {});
+    const lucky = [0, 1].map(() => createTestEnvelope('daily.data.steps.created'));
+    h.source.send(lucky[0]?.raw as string);
+    h.source.send(unlucky.raw);
+    h.source.send(lucky[1]?.raw as string);
+    await h.consumer.start();
+    const first = await h.waitFor((r) => r.eventId === unlucky.event.event_id);
+    expect(first).toMatchObject({
+      store: 'unavailable',
+      outcome: { kind: 'retry', code: 'DEDUPE_UNAVAILABLE' },
+    });
+    for (const e of lucky) {
+      expect((await h.waitFor((r) => r.eventId === e.event.event_id)).outcome).toEqual({
+        kind: 'ack',
+        result: 'handled',
+      });
+      expect(await memory.peek(String(e.event.event_id))).toBe('done');
+    }
+  });
+
+  it('a failed claimMany fails every message of the batch, none is handled or acked', async () => {
+    const memory = createMemoryDedupe();
+    const store = Object.assign(memory, {
+      claimMany: () => Promise.reject(new DedupeUnavailableError('redis gone')),
+    });
+    const handler = vi.fn();
+    h = harness({ dedupe: store, retry: { maxAttempts: 100, baseDelayMs: 60_000, maxDelayMs: 60_000 } });
+    h.consumer.on('*', handler);
+    for (let i = 0; i < 3; i++) h.source.send(createTestEnvelope('daily.data.steps.created').raw);
+    await h.consumer.start();
+    while (h.reports.length < 3) await h.waitFor(() => true);
+    expect(h.reports.map((r) => r.outcome)).toEqual(
+      Array(3).fill(expect.objectContaining({ kind: 'retry', code: 'DEDUPE_UNAVAILABLE' })),
+    );
+    expect(handler).not.toHaveBeenCalled();
+  });
+});

@@ -6,7 +6,12 @@ import { createLogger } from '../core/logger.js';
 import { boundRetryPolicy, type DeadOutcome, decide } from '../core/outcome.js';
 import { Keyring, type SigningSecret, secretsFromEnv } from '../core/secrets.js';
 import type { RawMessage, SourceAdapter } from '../core/source-adapter.js';
-import { type DeliveryTracer, deliveryTracer, type TraceAttributes } from '../core/tracing.js';
+import {
+  type DeliveryTrace,
+  type DeliveryTracer,
+  deliveryTracer,
+  type TraceAttributes,
+} from '../core/tracing.js';
 import { createMemoryDedupe } from '../dedupe/memory.js';
 import { type DedupeStore, PUBLISHER_RETRY_WINDOW_MS } from '../dedupe/types.js';
 import { createJsonlDeadLetters, type DeadLetterSink } from './dead-letter-sink.js';
@@ -16,7 +21,7 @@ import { type EventPattern, type EventsFor, type Handler, Router } from './route
 import { type ConsumerSettings, type ConsumerSettingsInput, parseSettings } from './settings.js';
 import { SettledLog } from './settled-log.js';
 import { StoreHealth } from './store-health.js';
-import { VisibilityHeartbeats } from './visibility-heartbeats.js';
+import { type HeartbeatWatch, VisibilityHeartbeats } from './visibility-heartbeats.js';
 
 export interface ConsumerOptions<M extends RawMessage = RawMessage> extends ConsumerSettingsInput {
   /** Where messages come from. Optional when you only call `process()` from your own loop. */
@@ -179,9 +184,24 @@ export class Consumer<M extends RawMessage = RawMessage> {
    */
   async process(message: M, signal?: AbortSignal): Promise<ProcessResult> {
     const trace = this.#tracer?.begin(message);
-    let result = await this.#pipeline.process(message, signal, trace);
-    if (result.outcome.kind === 'dead') result = await this.#deadLettered(message, result, result.outcome);
-    // The delivery span ends with the final outcome: a failed dead-letter write made it a retry.
+    return this.#final(message, await this.#pipeline.process(message, signal, trace), trace);
+  }
+
+  /**
+   * A result made final: a dead event's record written (or, when that failed, the outcome made a
+   * retry); at once for every other outcome. The delivery span ends with the final outcome.
+   */
+  #final(
+    message: M,
+    result: ProcessResult,
+    trace: DeliveryTrace | undefined,
+  ): ProcessResult | Promise<ProcessResult> {
+    if (result.outcome.kind === 'dead') {
+      return this.#deadLettered(message, result, result.outcome).then((final) => {
+        trace?.end(final.outcome);
+        return final;
+      });
+    }
     trace?.end(result.outcome);
     return result;
   }
@@ -224,7 +244,7 @@ export class Consumer<M extends RawMessage = RawMessage> {
       source,
       concurrency: this.settings.concurrency,
       logger: this.logger,
-      handle: (message) => this.#handle(source, message),
+      handle: (batch, settled) => this.#handleBatch(source, batch, settled),
     });
     this.#receiver = receiver;
     this.#settledLog.start();
@@ -269,27 +289,75 @@ export class Consumer<M extends RawMessage = RawMessage> {
     this.logger.info('consumer stopped');
   }
 
-  /** One received message: processed (kept invisible meanwhile), settled, reported. */
-  async #handle(source: SourceAdapter<M>, message: M): Promise<void> {
-    const watch = this.#heartbeats?.watch(message);
-    let result: ProcessResult;
+  /**
+   * One receive's messages: processed together (each kept invisible meanwhile), then each one
+   * settled and reported as soon as its result is final; `settled` is called once per message.
+   */
+  #handleBatch(source: SourceAdapter<M>, batch: readonly M[], settled: () => void): void {
+    const heartbeats = this.#heartbeats;
+    const tracer = this.#tracer;
+    const watches = heartbeats ? batch.map((m) => heartbeats.watch(m)) : undefined;
+    const traces = tracer ? batch.map((m) => tracer.begin(m)) : undefined;
+    const reported = new Uint8Array(batch.length);
+    const onResult = (i: number, result: ProcessResult) => {
+      reported[i] = 1;
+      const watch = watches?.[i];
+      void this.#settle(source, batch[i] as M, result, traces?.[i], watch, settled);
+    };
+    this.#pipeline
+      .processBatch(
+        batch,
+        onResult,
+        watches?.map((w) => w.signal),
+        traces,
+      )
+      .catch((error) => {
+        // A bug of the kit: the messages not reported are left unsettled (the broker redelivers them).
+        this.logger.error({ err: errorMessage(error) }, 'unexpected exception while processing a batch');
+        for (let i = 0; i < batch.length; i++) {
+          if (reported[i]) continue;
+          const watch = watches?.[i];
+          if (watch) heartbeats?.unwatch(watch);
+          settled();
+        }
+      });
+  }
+
+  /**
+   * One message's result: made final, applied to the broker, counted and reported; its slot is
+   * freed (`settled`) whatever happens.
+   */
+  async #settle(
+    source: SourceAdapter<M>,
+    message: M,
+    processed: ProcessResult,
+    trace: DeliveryTrace | undefined,
+    watch: HeartbeatWatch<M> | undefined,
+    settled: () => void,
+  ): Promise<void> {
     try {
-      result = await this.process(message, watch?.signal);
+      let result: ProcessResult;
+      try {
+        const final = this.#final(message, processed, trace);
+        result = final instanceof Promise ? await final : final;
+      } finally {
+        if (watch) this.#heartbeats?.unwatch(watch);
+      }
+      try {
+        await source.settle(message, result.outcome);
+      } catch (error) {
+        // The broker will redeliver (visibility expiry); the dedupe store makes that safe.
+        this.logger.error(
+          { message_id: message.id, err: errorMessage(error), outcome: result.outcome.kind },
+          'settle failed',
+        );
+      }
+      // A store outage fails every message the same way: said once (StoreHealth), not per message.
+      this.#settledLog.note(result, message, this.#storeHealth.note(result));
+      this.#onSettled?.({ ...result, message });
     } finally {
-      if (watch) this.#heartbeats?.unwatch(watch);
+      settled();
     }
-    try {
-      await source.settle(message, result.outcome);
-    } catch (error) {
-      // The broker will redeliver (visibility expiry); the dedupe store makes that safe.
-      this.logger.error(
-        { message_id: message.id, err: errorMessage(error), outcome: result.outcome.kind },
-        'settle failed',
-      );
-    }
-    // A store outage fails every message the same way: said once (StoreHealth), not per message.
-    this.#settledLog.note(result, message, this.#storeHealth.note(result));
-    this.#onSettled?.({ ...result, message });
   }
 
   #memoryDedupe(): DedupeStore {

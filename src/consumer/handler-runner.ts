@@ -7,7 +7,7 @@ import type { DedupeStore } from '../dedupe/types.js';
 import { handlerContext } from './handler-context.js';
 import { HandlerRun } from './handler-run.js';
 import { LeaseKeeper } from './lease-keeper.js';
-import type { Handler } from './router.js';
+import type { Handler, HandlerContext } from './router.js';
 
 const HANDLED: Facts = { kind: 'handled' };
 
@@ -36,7 +36,13 @@ export class HandlerRunner {
     });
   }
 
-  async run(
+  /**
+   * Runs the handlers and reports how they ended. Synchronous while every handler returns
+   * synchronously (no promise, no timer: a handler that does its work in place costs nothing
+   * more); from the first handler that returns a promise on, the run continues asynchronously,
+   * watched by the deadline and the kept lease.
+   */
+  run(
     handlers: readonly Handler<never>[],
     event: unknown,
     verified: VerifiedMessage,
@@ -44,25 +50,53 @@ export class HandlerRunner {
     token: string,
     external: AbortSignal | undefined,
     trace?: DeliveryTrace,
-  ): Promise<Facts> {
+  ): Facts | Promise<Facts> {
     if (this.#aborted || external?.aborted) return { kind: 'handler-aborted', cause: causeOf(external) };
     const run = new HandlerRun(verified.eventId, token, {
       now: Date.now(),
       timeoutMs: this.#timing.handlerTimeoutMs,
       leaseMs: this.#timing.leaseMs,
     });
-    const onExternal = () => run.abort(causeOf(external));
-    external?.addEventListener('abort', onExternal, { once: true });
+    const onExternal = external && (() => run.abort(causeOf(external)));
+    if (onExternal) external?.addEventListener('abort', onExternal, { once: true });
     const context = handlerContext(verified, message, run, this.#logger);
-    let span: HandlerSpan | undefined;
+    const calls: HandlerCalls = { handlers, event, context, trace, run, external, onExternal };
+    for (let i = 0; i < handlers.length; i++) {
+      const span = trace?.handler(i, (handlers[i] as Handler<never>).name);
+      let result: unknown;
+      try {
+        result = call(calls, i, span);
+      } catch (error) {
+        this.#done(calls);
+        return threw(run, span, error);
+      }
+      if (isPromiseLike(result)) return this.#continue(calls, i, result, span);
+      const cause = run.abortCause;
+      if (cause) {
+        span?.end(ABORT_CODES[cause]);
+        this.#done(calls);
+        return { kind: 'handler-aborted', cause };
+      }
+      span?.end();
+    }
+    this.#done(calls);
+    return HANDLED;
+  }
+
+  /** The rest of a run whose handler `index` returned `pending`. */
+  async #continue(
+    calls: HandlerCalls,
+    index: number,
+    pending: PromiseLike<unknown>,
+    firstSpan: HandlerSpan | undefined,
+  ): Promise<Facts> {
+    const { run } = calls;
+    let span = firstSpan;
+    let result: unknown = pending;
     try {
-      for (let i = 0; i < handlers.length; i++) {
-        const handler = handlers[i] as Handler<never>;
-        span = trace?.handler(i, handler.name);
-        const result = span ? span.call(handler, event as never, context) : handler(event as never, context);
+      for (let i = index; ; ) {
         if (isPromiseLike(result)) {
-          // Watched (deadline, lease extension) only while something is pending: a handler that
-          // returned synchronously is done, and a timer armed and cleared per event costs CPU.
+          // Watched (deadline, lease extension) only while something is pending.
           this.#keeper.start(run);
           await run.wait(result);
           // Timed out or lease lost while the handler's promise was pending: it may still be
@@ -72,17 +106,21 @@ export class HandlerRunner {
         }
         if (run.abortCause) return { kind: 'handler-aborted', cause: run.abortCause };
         span?.end();
+        if (++i === calls.handlers.length) return HANDLED;
+        span = calls.trace?.handler(i, (calls.handlers[i] as Handler<never>).name);
+        result = call(calls, i, span);
       }
-      return HANDLED;
     } catch (error) {
-      const cause = run.abortCause;
-      span?.end(cause ? ABORT_CODES[cause] : error);
-      return cause ? { kind: 'handler-aborted', cause } : { kind: 'handler-threw', error };
+      return threw(run, span, error);
     } finally {
       span?.end(run.abortCause && ABORT_CODES[run.abortCause]);
-      this.#keeper.finish(run);
-      external?.removeEventListener('abort', onExternal);
+      this.#done(calls);
     }
+  }
+
+  #done(calls: HandlerCalls): void {
+    this.#keeper.finish(calls.run);
+    if (calls.onExternal) calls.external?.removeEventListener('abort', calls.onExternal);
   }
 
   /** Aborts every running handler and any later run (the consumer's shutdown deadline passed). */
@@ -90,6 +128,31 @@ export class HandlerRunner {
     this.#aborted = true;
     this.#keeper.abortAll('shutdown');
   }
+}
+
+/** One run's handlers and what each is called with. */
+interface HandlerCalls {
+  readonly handlers: readonly Handler<never>[];
+  readonly event: unknown;
+  readonly context: HandlerContext;
+  readonly trace: DeliveryTrace | undefined;
+  readonly run: HandlerRun;
+  readonly external: AbortSignal | undefined;
+  readonly onExternal: (() => void) | undefined;
+}
+
+/** Calls handler `index`, inside its span when there is one. */
+function call(calls: HandlerCalls, index: number, span: HandlerSpan | undefined): unknown {
+  const handler = calls.handlers[index] as Handler<never>;
+  const event = calls.event as never;
+  return span ? span.call(handler, event, calls.context) : handler(event, calls.context);
+}
+
+/** A handler threw (or rejected): an abort that caused it says more than the error. */
+function threw(run: HandlerRun, span: HandlerSpan | undefined, error: unknown): Facts {
+  const cause = run.abortCause;
+  span?.end(cause ? ABORT_CODES[cause] : error);
+  return cause ? { kind: 'handler-aborted', cause } : { kind: 'handler-threw', error };
 }
 
 function isPromiseLike(value: unknown): value is PromiseLike<unknown> {

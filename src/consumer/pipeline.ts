@@ -6,9 +6,10 @@ import { type Decision, decide, type Facts, type Outcome, type RetryPolicy } fro
 import { redact } from '../core/redact.js';
 import type { Keyring } from '../core/secrets.js';
 import type { RawMessage } from '../core/source-adapter.js';
-import type { DeliveryTrace } from '../core/tracing.js';
+import type { DeliveryTrace, StepSpan } from '../core/tracing.js';
 import { type VerifiedMessage, verifyMessage } from '../core/verify.js';
-import type { ClaimResult, DedupeStore } from '../dedupe/types.js';
+import { claimEach, completeEach, StoreFailure } from '../dedupe/many.js';
+import type { ClaimResult, DedupeStore, HeldClaim } from '../dedupe/types.js';
 import { HandlerRunner } from './handler-runner.js';
 import type { Handler, Router } from './router.js';
 import { DEFAULT_MAX_ABANDONED_CLAIMS } from './settings.js';
@@ -91,55 +92,147 @@ export class Pipeline {
    * tracing code runs.
    */
   async process(message: RawMessage, signal?: AbortSignal, trace?: DeliveryTrace): Promise<ProcessResult> {
-    const started = performance.now();
-    const routed = this.#verifyAndRoute(message, started, trace);
-    if (!('handlers' in routed)) return routed;
-    const { verified, handlers } = routed;
-
-    const { dedupe } = this.#deps;
-    const s = this.#settings;
-    let claim: ClaimResult;
-    const claiming = trace?.step('dedupe.claim');
-    try {
-      claim = await dedupe.claim(verified.eventId, s.leaseMs);
-    } catch (error) {
-      claiming?.end(error);
-      return this.#result(message, started, { kind: 'store-unavailable', error }, 'unavailable', verified);
-    }
-    claiming?.end(undefined, claim.status);
-    if (claim.status !== 'claimed') {
-      return this.#result(message, started, notClaimed(claim), 'answered', verified);
-    }
-    const { token } = claim;
-    let facts = this.#abandoned(verified, claim.abandoned ?? 0);
-    let handlerMs: number | undefined;
-    if (facts === undefined) {
-      const validation = validateEvent(verified.eventType, verified.payload);
-      if (validation.ok) {
-        const handlersStarted = performance.now();
-        facts = await this.#handlers.run(handlers, validation.event, verified, message, token, signal, trace);
-        handlerMs = performance.now() - handlersStarted;
-      } else {
-        facts = { kind: 'schema-invalid', reason: validation.reason };
-      }
-    }
-    const decision = decide(facts, message.attempt, s);
-    if (decision.claim === 'complete') {
-      // Awaited here rather than in a helper: one promise hop fewer per handled event.
-      const completing = trace?.step('dedupe.complete');
-      try {
-        if (!(await dedupe.complete(verified.eventId, token, s.retentionMs))) this.#takenOver(verified);
-        completing?.end();
-      } catch (error) {
-        completing?.end(error);
-        this.#completeFailed(verified, error);
-      }
-    } else {
-      await this.#letGo(decision, facts, verified.eventId, token);
-    }
-    return this.#finish(message, started, decision.outcome, 'answered', verified, handlerMs);
+    let result: ProcessResult | undefined;
+    await this.processBatch(
+      [message],
+      (_, r) => {
+        result = r;
+      },
+      signal && [signal],
+      trace && [trace],
+    );
+    return result as ProcessResult;
   }
 
+  /**
+   * The messages of one receive, together: each is verified and routed, then all are claimed in
+   * one store call, then each runs its handlers, then those that succeeded at once are completed
+   * in one store call. `onResult(i, result)` reports each message as soon as its result is final
+   * (a message whose handlers are still running does not hold back the others). Resolves once
+   * every message was reported; never rejects. `signals` and `traces` go by index.
+   */
+  async processBatch(
+    messages: readonly RawMessage[],
+    onResult: (index: number, result: ProcessResult) => void,
+    signals?: readonly (AbortSignal | undefined)[],
+    traces?: readonly (DeliveryTrace | undefined)[],
+  ): Promise<void> {
+    const claiming: InFlight[] = [];
+    const ids: string[] = [];
+    // Received together: each message's time starts at the batch's receipt.
+    const started = performance.now();
+    for (let i = 0; i < messages.length; i++) {
+      const message = messages[i] as RawMessage;
+      const trace = traces?.[i];
+      const routed = this.#verifyAndRoute(message, started, trace);
+      if (!('handlers' in routed)) {
+        onResult(i, routed);
+        continue;
+      }
+      claiming.push(new InFlight(i, message, started, signals?.[i], trace, routed));
+      ids.push(routed.verified.eventId);
+    }
+    if (claiming.length === 0) return;
+    if (traces) for (const item of claiming) item.span = item.trace?.step('dedupe.claim');
+    const claims = await claimEach(this.#deps.dedupe, ids, this.#settings.leaseMs);
+    const completing: InFlight[] = [];
+    const later: Promise<void>[] = [];
+    for (let k = 0; k < claiming.length; k++) {
+      const item = claiming[k] as InFlight;
+      const facts = this.#claimed(item, claims[k] as ClaimResult | StoreFailure, onResult);
+      if (facts === undefined) continue; // not claimed: reported
+      if (isPromiseLike(facts)) {
+        later.push(facts.then((f) => this.#afterHandlers(item, f)).then((r) => onResult(item.index, r)));
+        continue;
+      }
+      if (this.#decide(item, facts).claim === 'complete') completing.push(item);
+      else later.push(this.#letGoOf(item, facts).then((r) => onResult(item.index, r)));
+    }
+    if (completing.length > 0) {
+      if (traces) for (const item of completing) item.span = item.trace?.step('dedupe.complete');
+      const done = await completeEach(this.#deps.dedupe, completing, this.#settings.retentionMs);
+      for (let k = 0; k < completing.length; k++) {
+        const item = completing[k] as InFlight;
+        this.#completed(item, done[k] as boolean | StoreFailure);
+        onResult(item.index, this.#decided(item));
+      }
+    }
+    if (later.length > 0) await Promise.all(later);
+  }
+
+  /**
+   * What the claim answered, and then the handlers: undefined when the message is not claimed
+   * (reported already), else the handlers' facts (a promise while a handler still runs).
+   */
+  #claimed(
+    item: InFlight,
+    claim: ClaimResult | StoreFailure,
+    onResult: (index: number, result: ProcessResult) => void,
+  ): Facts | Promise<Facts> | undefined {
+    const { message, started, verified } = item;
+    if (claim instanceof StoreFailure) {
+      item.span?.end(claim.error);
+      const facts: Facts = { kind: 'store-unavailable', error: claim.error };
+      onResult(item.index, this.#result(message, started, facts, 'unavailable', verified));
+      return undefined;
+    }
+    item.span?.end(undefined, claim.status);
+    if (claim.status !== 'claimed') {
+      onResult(item.index, this.#result(message, started, notClaimed(claim), 'answered', verified));
+      return undefined;
+    }
+    item.token = claim.token;
+    const stop = this.#abandoned(verified, claim.abandoned ?? 0);
+    if (stop) return stop;
+    const validation = validateEvent(verified.eventType, verified.payload);
+    if (!validation.ok) return { kind: 'schema-invalid', reason: validation.reason };
+    item.handlersStarted = performance.now();
+    const { handlers, signal, trace } = item;
+    return this.#handlers.run(handlers, validation.event, verified, message, claim.token, signal, trace);
+  }
+
+  /** The decision on a claimed message's facts (its handlers' time taken once they ran). */
+  #decide(item: InFlight, facts: Facts): Decision {
+    if (item.handlersStarted !== undefined) item.handlerMs = performance.now() - item.handlersStarted;
+    item.decision = decide(facts, item.message.attempt, this.#settings);
+    return item.decision;
+  }
+
+  /** The end of a message whose handlers ran asynchronously: its claim completed or let go. */
+  async #afterHandlers(item: InFlight, facts: Facts): Promise<ProcessResult> {
+    if (this.#decide(item, facts).claim !== 'complete') return this.#letGoOf(item, facts);
+    item.span = item.trace?.step('dedupe.complete');
+    const { eventId } = item.verified;
+    let done: boolean | StoreFailure;
+    try {
+      done = await this.#deps.dedupe.complete(eventId, item.token, this.#settings.retentionMs);
+    } catch (error) {
+      done = new StoreFailure(error);
+    }
+    this.#completed(item, done);
+    return this.#decided(item);
+  }
+
+  /** What the store answered to a complete: warnings when it did not record the event as done. */
+  #completed(item: InFlight, done: boolean | StoreFailure): void {
+    if (done instanceof StoreFailure) {
+      item.span?.end(done.error);
+      this.#completeFailed(item.verified, done.error);
+      return;
+    }
+    if (!done) this.#takenOver(item.verified);
+    item.span?.end();
+  }
+
+  async #letGoOf(item: InFlight, facts: Facts): Promise<ProcessResult> {
+    await this.#letGo(item.decision as Decision, facts, item.verified.eventId, item.token);
+    return this.#decided(item);
+  }
+
+  #decided(item: InFlight): ProcessResult {
+    const outcome = (item.decision as Decision).outcome;
+    return this.#finish(item.message, item.started, outcome, 'answered', item.verified, item.handlerMs);
+  }
   /** The steps before the store: a message the source already rejected, verification, routing. */
   #verifyAndRoute(
     message: RawMessage,
@@ -307,6 +400,46 @@ export class Pipeline {
       store,
     };
   }
+}
+
+/** One message of a batch from its claim to its result (once claimed, a claim it holds). */
+class InFlight implements HeldClaim {
+  readonly index: number;
+  readonly eventId: string;
+  readonly message: RawMessage;
+  readonly started: number;
+  readonly signal: AbortSignal | undefined;
+  readonly trace: DeliveryTrace | undefined;
+  readonly verified: VerifiedMessage;
+  readonly handlers: readonly Handler<never>[];
+  /** The span of the store call under way (claim, then complete). */
+  span: StepSpan | undefined = undefined;
+  token = '';
+  handlersStarted: number | undefined = undefined;
+  handlerMs: number | undefined = undefined;
+  decision: Decision | undefined = undefined;
+
+  constructor(
+    index: number,
+    message: RawMessage,
+    started: number,
+    signal: AbortSignal | undefined,
+    trace: DeliveryTrace | undefined,
+    routed: { readonly verified: VerifiedMessage; readonly handlers: readonly Handler<never>[] },
+  ) {
+    this.index = index;
+    this.message = message;
+    this.started = started;
+    this.signal = signal;
+    this.trace = trace;
+    this.verified = routed.verified;
+    this.eventId = routed.verified.eventId;
+    this.handlers = routed.handlers;
+  }
+}
+
+function isPromiseLike<T>(value: T | Promise<T>): value is Promise<T> {
+  return typeof (value as Promise<T> | null)?.then === 'function';
 }
 
 /** What the store's answer says when it is not a plain "claimed". */

@@ -11,8 +11,11 @@ export interface ReceiveLoopOptions<M extends RawMessage> {
   /** Messages in flight at most. */
   readonly concurrency: number;
   readonly logger: Logger;
-  /** Handles one message to its end (settled); its slot is free again then. Must not throw. */
-  readonly handle: (message: M) => Promise<void>;
+  /**
+   * Handles the messages of one receive to their end (settled), calling `settled` once per
+   * message as it is: its slot is free again then. Must not throw.
+   */
+  readonly handle: (batch: readonly M[], settled: () => void) => void;
 }
 
 /**
@@ -129,7 +132,7 @@ export class ReceiveLoop<M extends RawMessage> {
         this.#exhausted = true;
         break;
       }
-      for (const message of batch) this.#dispatch(message);
+      if (batch.length > 0) this.#dispatch(batch);
     }
   }
 
@@ -144,10 +147,9 @@ export class ReceiveLoop<M extends RawMessage> {
     return sleep(delay, this.#abort.signal);
   }
 
-  #dispatch(message: M): void {
-    this.#inFlight++;
-    // then(done, done), not finally(done): `handle` never rejects, and finally costs two promises more.
-    void this.#options.handle(message).then(this.#settled, this.#settled);
+  #dispatch(batch: readonly M[]): void {
+    this.#inFlight += batch.length;
+    this.#options.handle(batch, this.#settled);
   }
 
   readonly #settled = (): void => {

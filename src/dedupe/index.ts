@@ -7,5 +7,6 @@ export {
   type DedupePersistence,
   type DedupeState,
   type DedupeStore,
+  type HeldClaim,
   PUBLISHER_RETRY_WINDOW_MS,
 } from './types.js';

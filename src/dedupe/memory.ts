@@ -1,5 +1,11 @@
 import { randomUUID } from 'node:crypto';
-import { ABANDONED_CLAIM_MEMORY_MS, type ClaimResult, type DedupeState, type DedupeStore } from './types.js';
+import {
+  ABANDONED_CLAIM_MEMORY_MS,
+  type ClaimResult,
+  type DedupeState,
+  type DedupeStore,
+  type HeldClaim,
+} from './types.js';
 
 interface Entry {
   done: boolean;
@@ -29,19 +35,12 @@ export class MemoryDedupeStore implements DedupeStore {
   }
 
   async claim(eventId: string, leaseMs: number): Promise<ClaimResult> {
+    return this.#claimOne(eventId, leaseMs, this.#now());
+  }
+
+  async claimMany(eventIds: readonly string[], leaseMs: number): Promise<ClaimResult[]> {
     const now = this.#now();
-    this.#sweep(now);
-    const entry = this.#entries.get(eventId);
-    if (entry && entry.expiresAt > now) {
-      return entry.done
-        ? { status: 'duplicate' }
-        : { status: 'in_progress', retryAfterMs: entry.expiresAt - now };
-    }
-    const token = randomUUID();
-    // An expired lease that was neither completed nor released was abandoned: keep counting.
-    const claims = entry && !entry.done ? entry.claims + 1 : 1;
-    this.#entries.set(eventId, { done: false, token, expiresAt: now + leaseMs, claims });
-    return { status: 'claimed', token, abandoned: claims - 1 };
+    return eventIds.map((eventId) => this.#claimOne(eventId, leaseMs, now));
   }
 
   async extend(eventId: string, token: string, leaseMs: number): Promise<boolean> {
@@ -52,11 +51,12 @@ export class MemoryDedupeStore implements DedupeStore {
   }
 
   async complete(eventId: string, token: string, retentionMs: number): Promise<boolean> {
-    const entry = this.#owned(eventId, token);
-    if (!entry) return false;
-    entry.done = true;
-    entry.expiresAt = this.#now() + retentionMs;
-    return true;
+    return this.#completeOne(eventId, token, this.#now() + retentionMs);
+  }
+
+  async completeMany(claims: readonly HeldClaim[], retentionMs: number): Promise<boolean[]> {
+    const expiresAt = this.#now() + retentionMs;
+    return claims.map((c) => this.#completeOne(c.eventId, c.token, expiresAt));
   }
 
   async release(eventId: string, token: string): Promise<void> {
@@ -77,6 +77,29 @@ export class MemoryDedupeStore implements DedupeStore {
 
   async close(): Promise<void> {
     this.#entries.clear();
+  }
+
+  #claimOne(eventId: string, leaseMs: number, now: number): ClaimResult {
+    this.#sweep(now);
+    const entry = this.#entries.get(eventId);
+    if (entry && entry.expiresAt > now) {
+      return entry.done
+        ? { status: 'duplicate' }
+        : { status: 'in_progress', retryAfterMs: entry.expiresAt - now };
+    }
+    const token = randomUUID();
+    // An expired lease that was neither completed nor released was abandoned: keep counting.
+    const claims = entry && !entry.done ? entry.claims + 1 : 1;
+    this.#entries.set(eventId, { done: false, token, expiresAt: now + leaseMs, claims });
+    return { status: 'claimed', token, abandoned: claims - 1 };
+  }
+
+  #completeOne(eventId: string, token: string, expiresAt: number): boolean {
+    const entry = this.#owned(eventId, token);
+    if (!entry) return false;
+    entry.done = true;
+    entry.expiresAt = expiresAt;
+    return true;
   }
 
   #owned(eventId: string, token: string): Entry | undefined {

@@ -25,13 +25,30 @@ export type ClaimResult =
 
 export type DedupeState = 'absent' | 'in_progress' | 'done';
 
+/** A claim this worker holds: the event and the token its claim returned. */
+export interface HeldClaim {
+  readonly eventId: string;
+  readonly token: string;
+}
+
 export interface DedupeStore {
   /** Takes the lease for `eventId` for `leaseMs`, unless it is done or leased by someone else. */
   claim(eventId: string, leaseMs: number): Promise<ClaimResult>;
+  /**
+   * Claims several events in one call, answering for each what `claim` would, in order (a repeated
+   * id sees the lease its earlier copy took). A rejection means none was claimed. Optional: the
+   * consumer claims a received batch with it when present, one `claim` per event otherwise.
+   */
+  claimMany?(eventIds: readonly string[], leaseMs: number): Promise<ClaimResult[]>;
   /** Extends a held lease (heartbeat for slow handlers). False when the lease is no longer ours. */
   extend(eventId: string, token: string, leaseMs: number): Promise<boolean>;
   /** Marks the event done for `retentionMs`. False when the lease was lost to another worker. */
   complete(eventId: string, token: string, retentionMs: number): Promise<boolean>;
+  /**
+   * Completes several events in one call, answering for each what `complete` would, in order. A
+   * rejection means none was completed. Optional, like `claimMany`.
+   */
+  completeMany?(claims: readonly HeldClaim[], retentionMs: number): Promise<boolean[]>;
   /** Gives a held lease back so the next delivery can claim it. */
   release(eventId: string, token: string): Promise<void>;
   /** Reads the state without changing it (dry runs, diagnostics). */
