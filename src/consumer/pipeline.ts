@@ -119,18 +119,20 @@ export class Pipeline {
   ): Promise<void> {
     const claiming: InFlight[] = [];
     const ids: string[] = [];
-    // Received together: each message's time starts at the batch's receipt.
+    // Received together: each message's time starts at the batch's receipt, and each is judged
+    // fresh or stale at that moment.
     const started = performance.now();
+    const now = this.#now();
     for (let i = 0; i < messages.length; i++) {
       const message = messages[i] as RawMessage;
       const trace = traces?.[i];
-      const routed = this.#verifyAndRoute(message, started, trace);
-      if (!('handlers' in routed)) {
-        onResult(i, routed);
-        continue;
+      const admitted = this.#admit(i, message, started, signals?.[i], trace, now);
+      if (admitted instanceof InFlight) {
+        claiming.push(admitted);
+        ids.push(admitted.eventId);
+      } else {
+        onResult(i, admitted);
       }
-      claiming.push(new InFlight(i, message, started, signals?.[i], trace, routed));
-      ids.push(routed.verified.eventId);
     }
     if (claiming.length === 0) return;
     if (traces) for (const item of claiming) item.span = item.trace?.step('dedupe.claim');
@@ -233,19 +235,25 @@ export class Pipeline {
     const outcome = (item.decision as Decision).outcome;
     return this.#finish(item.message, item.started, outcome, 'answered', item.verified, item.handlerMs);
   }
-  /** The steps before the store: a message the source already rejected, verification, routing. */
-  #verifyAndRoute(
+  /**
+   * The steps before the store: a message the source already rejected, verification, routing.
+   * A message that passes is on its way to its claim; any other has its result.
+   */
+  #admit(
+    index: number,
     message: RawMessage,
     started: number,
+    signal: AbortSignal | undefined,
     trace: DeliveryTrace | undefined,
-  ): { verified: VerifiedMessage; handlers: readonly Handler<never>[] } | ProcessResult {
+    now: number,
+  ): InFlight | ProcessResult {
     if (message.rejection) {
       return this.#result(message, started, { kind: 'rejected', ...message.rejection }, 'not-asked');
     }
     let verified: VerifiedMessage;
     const verifying = trace?.step('verify');
     try {
-      verified = this.#verify(message);
+      verified = this.#verify(message, now);
     } catch (error) {
       verifying?.end(error);
       return this.#unverified(message, started, error);
@@ -256,7 +264,7 @@ export class Pipeline {
     }
     const handlers = this.#route(verified);
     if (handlers === undefined) return this.#unrouted(message, started, verified);
-    return { verified, handlers };
+    return new InFlight(index, message, started, signal, trace, verified, handlers);
   }
 
   /** Aborts every running handler (the consumer's shutdown deadline passed). */
@@ -264,11 +272,11 @@ export class Pipeline {
     this.#handlers.abortAll();
   }
 
-  #verify(message: RawMessage): VerifiedMessage {
+  #verify(message: RawMessage, now: number): VerifiedMessage {
     const s = this.#settings;
     return verifyMessage(message.body, {
       keyring: this.#deps.keyring,
-      now: this.#now(),
+      now,
       enqueuedAt: message.enqueuedAt,
       strictAge: s.strictAge,
       checkAge: s.checkAge,
@@ -425,16 +433,17 @@ class InFlight implements HeldClaim {
     started: number,
     signal: AbortSignal | undefined,
     trace: DeliveryTrace | undefined,
-    routed: { readonly verified: VerifiedMessage; readonly handlers: readonly Handler<never>[] },
+    verified: VerifiedMessage,
+    handlers: readonly Handler<never>[],
   ) {
     this.index = index;
     this.message = message;
     this.started = started;
     this.signal = signal;
     this.trace = trace;
-    this.verified = routed.verified;
-    this.eventId = routed.verified.eventId;
-    this.handlers = routed.handlers;
+    this.verified = verified;
+    this.eventId = verified.eventId;
+    this.handlers = handlers;
   }
 }
 
