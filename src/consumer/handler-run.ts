@@ -15,12 +15,18 @@ export class HandlerRun {
   #controller: AbortController | undefined;
   #wake: (() => void) | undefined;
 
-  constructor(eventId: string, token: string, timing: { now: number; timeoutMs: number; leaseMs: number }) {
+  /** Started at `now` (ms), under the consumer's handler timeout and lease. */
+  constructor(
+    eventId: string,
+    token: string,
+    now: number,
+    timing: { readonly handlerTimeoutMs: number; readonly leaseMs: number },
+  ) {
     this.eventId = eventId;
     this.token = token;
-    this.deadline = timing.now + timing.timeoutMs;
-    this.leaseUntil = timing.now + timing.leaseMs;
-    this.nextExtendAt = timing.now + timing.leaseMs / 3;
+    this.deadline = now + timing.handlerTimeoutMs;
+    this.leaseUntil = now + timing.leaseMs;
+    this.nextExtendAt = now + timing.leaseMs / 3;
   }
 
   /** Why the run was cut short, once it was. */

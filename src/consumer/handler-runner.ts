@@ -52,34 +52,33 @@ export class HandlerRunner {
     trace?: DeliveryTrace,
   ): Facts | Promise<Facts> {
     if (this.#aborted || external?.aborted) return { kind: 'handler-aborted', cause: causeOf(external) };
-    const run = new HandlerRun(verified.eventId, token, {
-      now: Date.now(),
-      timeoutMs: this.#timing.handlerTimeoutMs,
-      leaseMs: this.#timing.leaseMs,
-    });
+    const run = new HandlerRun(verified.eventId, token, Date.now(), this.#timing);
     const onExternal = external && (() => run.abort(causeOf(external)));
     if (onExternal) external?.addEventListener('abort', onExternal, { once: true });
     const context = handlerContext(verified, message, run, this.#logger);
-    const calls: HandlerCalls = { handlers, event, context, trace, run, external, onExternal };
     for (let i = 0; i < handlers.length; i++) {
-      const span = trace?.handler(i, (handlers[i] as Handler<never>).name);
+      const handler = handlers[i] as Handler<never>;
+      const span = trace?.handler(i, handler.name);
       let result: unknown;
       try {
-        result = call(calls, i, span);
+        result = span ? span.call(handler, event as never, context) : handler(event as never, context);
       } catch (error) {
-        this.#done(calls);
+        this.#done(run, external, onExternal);
         return threw(run, span, error);
       }
-      if (isPromiseLike(result)) return this.#continue(calls, i, result, span);
+      if (isPromiseLike(result)) {
+        const calls: HandlerCalls = { handlers, event, context, trace, run, external, onExternal };
+        return this.#continue(calls, i, result, span);
+      }
       const cause = run.abortCause;
       if (cause) {
         span?.end(ABORT_CODES[cause]);
-        this.#done(calls);
+        this.#done(run, external, onExternal);
         return { kind: 'handler-aborted', cause };
       }
       span?.end();
     }
-    this.#done(calls);
+    this.#done(run, external, onExternal);
     return HANDLED;
   }
 
@@ -114,13 +113,13 @@ export class HandlerRunner {
       return threw(run, span, error);
     } finally {
       span?.end(run.abortCause && ABORT_CODES[run.abortCause]);
-      this.#done(calls);
+      this.#done(run, calls.external, calls.onExternal);
     }
   }
 
-  #done(calls: HandlerCalls): void {
-    this.#keeper.finish(calls.run);
-    if (calls.onExternal) calls.external?.removeEventListener('abort', calls.onExternal);
+  #done(run: HandlerRun, external: AbortSignal | undefined, onExternal: (() => void) | undefined): void {
+    this.#keeper.finish(run);
+    if (onExternal) external?.removeEventListener('abort', onExternal);
   }
 
   /** Aborts every running handler and any later run (the consumer's shutdown deadline passed). */
@@ -130,7 +129,7 @@ export class HandlerRunner {
   }
 }
 
-/** One run's handlers and what each is called with. */
+/** A run that went asynchronous: its handlers and what each is called with. */
 interface HandlerCalls {
   readonly handlers: readonly Handler<never>[];
   readonly event: unknown;
