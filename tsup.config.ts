@@ -20,6 +20,7 @@ export default defineConfig([
       '@opentelemetry/sdk-trace-base',
       '@opentelemetry/exporter-trace-otlp-http',
       '@opentelemetry/resources',
+      'ws',
     ],
     format: ['esm', 'cjs'],
     // import.meta.url in the CommonJS build (src/core/sqlite-driver.ts loads better-sqlite3 with createRequire).

@@ -15,8 +15,11 @@ const pkg = JSON.parse(readFileSync(new URL('../package.json', import.meta.url),
   peerDependencies: Record<string, string>;
 };
 
-/** Peers the sidecar never loads: the Azure Functions host and Lambda's types. */
-const NOT_IN_THE_IMAGE = new Set(['@azure/functions', '@types/aws-lambda']);
+/**
+ * Peers the image does without: those the sidecar never loads (the Azure Functions host, Lambda's
+ * types), and `ws`, which Event Hubs over WebSockets loads only where Node has no WebSocket of its own.
+ */
+const NOT_IN_THE_IMAGE = new Set(['@azure/functions', '@types/aws-lambda', 'ws']);
 
 /** `name@range` of the image's runtime install (the RUN line that installs with --omit=dev). */
 function imagePeers(): Map<string, string> {

@@ -10,6 +10,7 @@ import type { Logger } from 'pino';
 import { ConfigError } from '../../src/core/errors.js';
 import type { EventHubsAdapterOptions } from './options.js';
 import { PoisonHub } from './poison-hub.js';
+import { webSocketOptionsFor } from './web-socket.js';
 
 /** What the adapter decided before it builds its consumer client. */
 export interface ConsumerClientPlan {
@@ -32,7 +33,7 @@ export function openConsumerClient(
   const lb = options.loadBalancing;
   const clientOptions: EventHubConsumerClientOptions = {
     ...(plan.ownerId ? { identifier: plan.ownerId } : {}),
-    ...options.clientOptions,
+    ...reachedAs(options),
     loadBalancingOptions: {
       ...options.clientOptions?.loadBalancingOptions,
       ...(lb?.strategy || plan.ownerId ? { strategy: lb?.strategy ?? 'greedy' } : {}),
@@ -70,15 +71,22 @@ export function openPoisonHub(
     ? new EventHubProducerClient(
         withoutEntityPath(options.connectionString),
         hub,
-        producerOptionsOf(options.clientOptions),
+        producerOptionsOf(reachedAs(options)),
       )
     : new EventHubProducerClient(
         options.fullyQualifiedNamespace as string,
         hub,
         options.credential as TokenCredential,
-        producerOptionsOf(options.clientOptions),
+        producerOptionsOf(reachedAs(options)),
       );
   return new PoisonHub(producer, logger);
+}
+
+/** The caller's client options, with `webSockets` applied (the caller's own WebSocket class wins). */
+function reachedAs(options: EventHubsAdapterOptions): EventHubConsumerClientOptions {
+  const own = options.clientOptions ?? {};
+  const webSocketOptions = webSocketOptionsFor(options.webSockets === true, own.webSocketOptions);
+  return webSocketOptions ? { ...own, webSocketOptions } : own;
 }
 
 /**

@@ -13,6 +13,7 @@ import {
   ENV_STORAGE_CONNECTION_STRING,
 } from './names.js';
 import { type eventHubsOptionsSchema, HUB_NAME } from './options.js';
+import { webSocketsFromEnv } from './web-socket.js';
 
 /**
  * The source for `partner-events run --source azure-event-hubs:HUB [--consumer-group NAME]`.
@@ -20,7 +21,8 @@ import { type eventHubsOptionsSchema, HUB_NAME } from './options.js';
  * `EVENTHUBS_FULLY_QUALIFIED_NAMESPACE` with `@azure/identity`'s `DefaultAzureCredential`
  * (imported on first use, so it is needed only then). The checkpoint store is
  * `EVENTHUBS_CHECKPOINT_STORE`; `EVENTHUBS_DEAD_LETTER_QUEUE` names a hub for copies of dead events
- * (the `deadLetterQueue` option wins over it).
+ * (the `deadLetterQueue` option wins over it); `EVENTHUBS_WEBSOCKETS=true` connects over
+ * WebSockets (the `webSockets` option wins over it).
  */
 export function eventHubsSourceFromCli(
   spec: string,
@@ -39,7 +41,7 @@ export function eventHubsSourceFromCli(
   const auth = eventHubsAuthFromEnv(env, `--source ${redact(spec)}`);
   // A blob checkpoint store by URL signs in with the hub's identity, or one of its own.
   let credential = 'credential' in auth ? auth.credential : undefined;
-  const { deadLetterQueue: configured, ...rest } = options;
+  const { deadLetterQueue: configured, webSockets, ...rest } = options;
   const deadLetterQueue = configured ?? env[ENV_DEAD_LETTER_QUEUE];
   if (deadLetterQueue && !HUB_NAME.test(deadLetterQueue)) {
     throw new ConfigError(`${ENV_DEAD_LETTER_QUEUE}="${deadLetterQueue}": expected an event hub name`);
@@ -52,6 +54,7 @@ export function eventHubsSourceFromCli(
     ...(consumerGroup ? { consumerGroup } : {}),
     ...(deadLetterQueue ? { deadLetterQueue } : {}),
     ...(logger ? { logger } : {}),
+    webSockets: webSockets ?? webSocketsFromEnv(env),
   });
 }
 

@@ -18,6 +18,7 @@ export {
   ENV_DEAD_LETTER_QUEUE,
   ENV_NAMESPACE,
   ENV_STORAGE_CONNECTION_STRING,
+  ENV_WEBSOCKETS,
 } from './names.js';
 export type { EventHubsAdapterOptions } from './options.js';
 export { type DeadEventInfo, POISON_PROPERTIES } from './poison-hub.js';

@@ -8,5 +8,7 @@ export const ENV_NAMESPACE = 'EVENTHUBS_FULLY_QUALIFIED_NAMESPACE';
 export const ENV_CHECKPOINT_STORE = 'EVENTHUBS_CHECKPOINT_STORE';
 /** A hub in the same namespace that receives a copy of each dead event (optional; was `EVENTHUBS_POISON_HUB`). */
 export const ENV_DEAD_LETTER_QUEUE = 'EVENTHUBS_DEAD_LETTER_QUEUE';
+/** `true`: every Event Hubs client the CLI opens dials AMQP over WebSockets (`wss://…:443`), not AMQP on 5671. */
+export const ENV_WEBSOCKETS = 'EVENTHUBS_WEBSOCKETS';
 /** With `blob:NAME` (a container name rather than a URL): the storage account's connection string. */
 export const ENV_STORAGE_CONNECTION_STRING = 'AZURE_STORAGE_CONNECTION_STRING';

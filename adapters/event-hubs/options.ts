@@ -38,6 +38,14 @@ const eventHubsOptionsShape = {
   checkpointEvery: z.number().int().positive().default(100),
   /** …and every this many ms while some are unwritten. Default 5000. On close, always. */
   checkpointIntervalMs: z.number().int().positive().default(5000),
+  /**
+   * AMQP over WebSockets (`wss://<namespace>:443/$servicebus/websocket`) instead of AMQP on 5671,
+   * for the consumer and the poison hub alike: for a host whose firewall or proxy lets only 443
+   * through. The WebSocket class is Node's own (Node 22 and later), else the `ws` package's (an
+   * optional peer dependency); `clientOptions.webSocketOptions.webSocket`, when given, wins.
+   * Default: false (in the CLI, `EVENTHUBS_WEBSOCKETS`).
+   */
+  webSockets: z.boolean().optional(),
 };
 
 /**

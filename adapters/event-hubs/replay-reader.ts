@@ -1,4 +1,5 @@
 import {
+  type EventHubClientOptions,
   EventHubConsumerClient,
   type EventPosition,
   earliestEventPosition,
@@ -24,6 +25,7 @@ import { CLI_SCHEME } from './names.js';
 import { HUB_NAME } from './options.js';
 import { POISON_PROPERTIES } from './poison-hub.js';
 import { traceContextOf } from './trace-context.js';
+import { clientOptionsFromEnv } from './web-socket.js';
 
 /** Events read ahead per run, at most, before the partitions' reads wait for the replay. */
 const READ_AHEAD = 200;
@@ -33,7 +35,8 @@ const READ_AHEAD = 200;
  * never consumes it. Every partition is read on its own (no load balancing, no checkpoints) with
  * `context.consumerGroup`, from `since` (enqueued time) or the oldest event retained, to `until`
  * or the partition's last event when the run started. The code comes from the poison copy's
- * `partner-events-dead-code` property. It signs in as `run --source` does (credentials.ts).
+ * `partner-events-dead-code` property. It signs in as `run --source` does (credentials.ts), over
+ * WebSockets with `EVENTHUBS_WEBSOCKETS=true`.
  */
 export async function eventHubsReplayReader(
   spec: string,
@@ -51,7 +54,7 @@ export async function eventHubsReplayReader(
       'reading with the consumer group $Default: if the worker uses it too, give replay a group of its own (--consumer-group)',
     );
   }
-  const client = openReplayClient(auth, context.consumerGroup, hub);
+  const client = openReplayClient(auth, clientOptionsFromEnv(env), context.consumerGroup, hub);
   const channel = new HubChannel(client, `event-hubs:${hub}`, context);
   try {
     await channel.start();
@@ -62,13 +65,18 @@ export async function eventHubsReplayReader(
   return createSideChannelReader(channel, context);
 }
 
-function openReplayClient(auth: EventHubsAuth, consumerGroup: string, hub: string): EventHubConsumerClient {
+function openReplayClient(
+  auth: EventHubsAuth,
+  options: EventHubClientOptions,
+  consumerGroup: string,
+  hub: string,
+): EventHubConsumerClient {
   return clientFor(auth, {
     namespace: (namespace, credential) =>
-      new EventHubConsumerClient(consumerGroup, namespace, hub, credential),
+      new EventHubConsumerClient(consumerGroup, namespace, hub, credential, options),
     // The connection string may name the worker's hub (EntityPath): SOURCE names the one to read.
     connectionString: (connectionString) =>
-      new EventHubConsumerClient(consumerGroup, withoutEntityPath(connectionString), hub),
+      new EventHubConsumerClient(consumerGroup, withoutEntityPath(connectionString), hub, options),
   });
 }
 

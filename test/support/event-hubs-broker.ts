@@ -119,6 +119,7 @@ export class EventHubsBroker implements EventHubsTestServer {
   readonly #hubs = new Map<string, Hub>();
   #hubCount = 0;
   readonly #consumers = new Set<ConsumerLink>();
+  readonly #consumerLinks: ConsumerLinkInfo[] = [];
   /** Replies waiting for credit on the client's reply link. */
   readonly #outbox = new Map<Sender, Message[]>();
   readonly #connections = new Set<Connection>();
@@ -278,6 +279,11 @@ export class EventHubsBroker implements EventHubsTestServer {
     };
   }
 
+  /** Every consumer link clients attached, oldest first (closed ones too: a finished replay's). */
+  consumerLinks(): readonly ConsumerLinkInfo[] {
+    return [...this.#consumerLinks];
+  }
+
   /** Consumer links attached right now. */
   consumers(): ConsumerLinkInfo[] {
     return [...this.#consumers].map(({ hub, consumerGroup, partitionId, ownerLevel, webSocket }) => ({
@@ -433,6 +439,7 @@ export class EventHubsBroker implements EventHubsTestServer {
     }
     const webSocket = viaWebSocket(sender.connection);
     this.#consumers.add({ hub, consumerGroup, partitionId, ownerLevel, webSocket, sender, cursor });
+    this.#consumerLinks.push({ hub, consumerGroup, partitionId, ownerLevel, webSocket });
   }
 
   #startIndex(hub: Hub, partitionId: string, filter: string | undefined): number {
