@@ -1064,6 +1064,44 @@ describe('a receive is processed as one batch: one store call for its claims, on
     }
   });
 
+  it('a store without claimMany: each message goes on as soon as its own claim answers', async () => {
+    // A networked store (Redis) answers each claim on its own; a batch barrier would make every
+    // message wait for the slowest claim.
+    const memory = createMemoryDedupe();
+    const slow = createTestEnvelope('daily.data.steps.created');
+    let answerSlow: () => void = () => {};
+    const slowAnswered = new Promise<void>((resolve) => {
+      answerSlow = resolve;
+    });
+    const store: DedupeStore = {
+      claim: async (id, leaseMs) => {
+        if (id === slow.eventId) await slowAnswered;
+        return memory.claim(id, leaseMs);
+      },
+      extend: (id, token, leaseMs) => memory.extend(id, token, leaseMs),
+      complete: (id, token, retentionMs) => memory.complete(id, token, retentionMs),
+      release: (id, token) => memory.release(id, token),
+      peek: (id) => memory.peek(id),
+      close: () => memory.close(),
+    };
+    h = harness({ dedupe: store });
+    h.consumer.on('*', () => {});
+    const fast = createTestEnvelope('daily.data.steps.created');
+    h.source.send(slow.raw);
+    h.source.send(fast.raw);
+    await h.consumer.start();
+    expect((await h.waitFor((r) => r.eventId === fast.eventId)).outcome).toEqual({
+      kind: 'ack',
+      result: 'handled',
+    });
+    expect(await memory.peek(slow.eventId)).toBe('absent'); // its claim has not even been made
+    answerSlow();
+    expect((await h.waitFor((r) => r.eventId === slow.eventId)).outcome).toEqual({
+      kind: 'ack',
+      result: 'handled',
+    });
+  });
+
   it('a failed claimMany fails every message of the batch, none is handled or acked', async () => {
     const memory = createMemoryDedupe();
     const store = Object.assign(memory, {

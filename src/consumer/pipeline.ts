@@ -8,7 +8,7 @@ import type { Keyring } from '../core/secrets.js';
 import type { RawMessage } from '../core/source-adapter.js';
 import type { DeliveryTrace, StepSpan } from '../core/tracing.js';
 import { type VerifiedMessage, verifyMessage } from '../core/verify.js';
-import { claimEach, completeEach, StoreFailure } from '../dedupe/many.js';
+import { claimAll, completeAll, StoreFailure } from '../dedupe/many.js';
 import type { ClaimResult, DedupeStore, HeldClaim } from '../dedupe/types.js';
 import { HandlerRunner } from './handler-runner.js';
 import type { Handler, Router } from './router.js';
@@ -78,10 +78,13 @@ export class Pipeline {
   readonly #deps: PipelineDeps;
   readonly #now: () => number;
   readonly #handlers: HandlerRunner;
+  /** Whether the store claims a batch in one call (`claimMany`). */
+  readonly #claimsTogether: boolean;
 
   constructor(settings: PipelineSettings, deps: PipelineDeps) {
     this.#settings = settings;
     this.#deps = deps;
+    this.#claimsTogether = typeof deps.dedupe.claimMany === 'function';
     this.#now = deps.now ?? Date.now;
     this.#handlers = new HandlerRunner(settings, deps.dedupe, deps.logger);
   }
@@ -105,11 +108,12 @@ export class Pipeline {
   }
 
   /**
-   * The messages of one receive, together: each is verified and routed, then all are claimed in
-   * one store call, then each runs its handlers, then those that succeeded at once are completed
-   * in one store call. `onResult(i, result)` reports each message as soon as its result is final
-   * (a message whose handlers are still running does not hold back the others). Resolves once
-   * every message was reported; never rejects. `signals` and `traces` go by index.
+   * The messages of one receive, together: each is verified and routed; then, with a store that
+   * has `claimMany`, all are claimed in one call, each runs its handlers, and those that
+   * succeeded at once are completed in one call; with any other store each message is claimed
+   * as it is verified and goes on alone. `onResult(i, result)` reports each message as soon as
+   * its result is final (a message whose handlers are still running holds back no other).
+   * Resolves once every message was reported; never rejects. `signals` and `traces` go by index.
    */
   async processBatch(
     messages: readonly RawMessage[],
@@ -117,8 +121,9 @@ export class Pipeline {
     signals?: readonly (AbortSignal | undefined)[],
     traces?: readonly (DeliveryTrace | undefined)[],
   ): Promise<void> {
+    const together = this.#claimsTogether;
     const claiming: InFlight[] = [];
-    const ids: string[] = [];
+    const alone: Promise<void>[] = [];
     // Received together: each message's time starts at the batch's receipt, and each is judged
     // fresh or stale at that moment.
     const started = performance.now();
@@ -127,16 +132,29 @@ export class Pipeline {
       const message = messages[i] as RawMessage;
       const trace = traces?.[i];
       const admitted = this.#admit(i, message, started, signals?.[i], trace, now);
-      if (admitted instanceof InFlight) {
-        claiming.push(admitted);
-        ids.push(admitted.eventId);
-      } else {
+      if (!(admitted instanceof InFlight)) {
         onResult(i, admitted);
+        continue;
       }
+      admitted.span = trace?.step('dedupe.claim');
+      if (together) claiming.push(admitted);
+      else alone.push(this.#claimAlone(admitted, onResult));
     }
-    if (claiming.length === 0) return;
-    if (traces) for (const item of claiming) item.span = item.trace?.step('dedupe.claim');
-    const claims = await claimEach(this.#deps.dedupe, ids, this.#settings.leaseMs);
+    if (claiming.length > 0) await this.#claimTogether(claiming, onResult);
+    if (alone.length > 0) await Promise.all(alone);
+  }
+
+  /**
+   * A store with `claimMany` (SQLite, memory): the batch's claims in one call, then each
+   * message's handlers, then the completes of those that succeeded at once in one call.
+   */
+  async #claimTogether(
+    claiming: readonly InFlight[],
+    onResult: (index: number, result: ProcessResult) => void,
+  ): Promise<void> {
+    const { dedupe } = this.#deps;
+    const ids = claiming.map((item) => item.eventId);
+    const claims = await claimAll(dedupe as BatchStore, ids, this.#settings.leaseMs);
     const completing: InFlight[] = [];
     const later: Promise<void>[] = [];
     for (let k = 0; k < claiming.length; k++) {
@@ -145,14 +163,15 @@ export class Pipeline {
       if (facts === undefined) continue; // not claimed: reported
       if (isPromiseLike(facts)) {
         later.push(facts.then((f) => this.#afterHandlers(item, f)).then((r) => onResult(item.index, r)));
-        continue;
+      } else if (this.#decide(item, facts).claim === 'complete') {
+        item.span = item.trace?.step('dedupe.complete');
+        completing.push(item);
+      } else {
+        later.push(this.#letGoOf(item, facts).then((r) => onResult(item.index, r)));
       }
-      if (this.#decide(item, facts).claim === 'complete') completing.push(item);
-      else later.push(this.#letGoOf(item, facts).then((r) => onResult(item.index, r)));
     }
     if (completing.length > 0) {
-      if (traces) for (const item of completing) item.span = item.trace?.step('dedupe.complete');
-      const done = await completeEach(this.#deps.dedupe, completing, this.#settings.retentionMs);
+      const done = await completeAll(dedupe, completing, this.#settings.retentionMs);
       for (let k = 0; k < completing.length; k++) {
         const item = completing[k] as InFlight;
         this.#completed(item, done[k] as boolean | StoreFailure);
@@ -160,6 +179,23 @@ export class Pipeline {
       }
     }
     if (later.length > 0) await Promise.all(later);
+  }
+
+  /**
+   * Any other store (Redis): one message's claim, asked as soon as it is verified, and the
+   * message goes on as soon as its claim answers. The store works on the first claims of a batch
+   * while the rest are verified (Redis pipelines the calls as they come); a batch barrier would
+   * only make every message wait for the slowest claim.
+   */
+  async #claimAlone(item: InFlight, onResult: (index: number, result: ProcessResult) => void): Promise<void> {
+    let claim: ClaimResult | StoreFailure;
+    try {
+      claim = await this.#deps.dedupe.claim(item.eventId, this.#settings.leaseMs);
+    } catch (error) {
+      claim = new StoreFailure(error);
+    }
+    const facts = this.#claimed(item, claim, onResult);
+    if (facts !== undefined) onResult(item.index, await this.#afterHandlers(item, await facts));
   }
 
   /**
@@ -409,6 +445,9 @@ export class Pipeline {
     };
   }
 }
+
+/** A store that claims a batch in one call. */
+type BatchStore = DedupeStore & Pick<Required<DedupeStore>, 'claimMany'>;
 
 /** One message of a batch from its claim to its result (once claimed, a claim it holds). */
 class InFlight implements HeldClaim {

@@ -10,29 +10,31 @@ export class StoreFailure {
 }
 
 /**
- * Claims every event of a received batch: with the store's `claimMany` when it has one (one call
- * and one promise for the batch), one `claim` per event otherwise. Never rejects: a failed call
- * answers `StoreFailure` for each event it covered, so each message learns its own fate.
+ * Claims the events of a batch with the store's `claimMany` (one call, one promise; a single
+ * event: the plain `claim`). Never rejects: a failed call answers `StoreFailure` for each event.
  */
-export function claimEach(
-  store: DedupeStore,
+export function claimAll(
+  store: DedupeStore & Pick<Required<DedupeStore>, 'claimMany'>,
   eventIds: readonly string[],
   leaseMs: number,
 ): Promise<(ClaimResult | StoreFailure)[]> {
-  if (store.claimMany && eventIds.length > 1) {
-    return store.claimMany(eventIds, leaseMs).then(identity, (error: unknown) => failAll(eventIds, error));
+  if (eventIds.length === 1) {
+    return store.claim(eventIds[0] as string, leaseMs).then((answer) => [answer], failAll(eventIds));
   }
-  return Promise.all(eventIds.map((id) => store.claim(id, leaseMs).then(identity, toFailure)));
+  return store.claimMany(eventIds, leaseMs).then(identity, failAll(eventIds));
 }
 
-/** Completes every claim, as `claimEach` claims: `completeMany` when the store has it. */
-export function completeEach(
+/**
+ * Completes the claims of a batch: with `completeMany` when the store has it, one `complete` per
+ * claim otherwise. Never rejects: a failed call answers `StoreFailure` for each claim it covered.
+ */
+export function completeAll(
   store: DedupeStore,
   claims: readonly HeldClaim[],
   retentionMs: number,
 ): Promise<(boolean | StoreFailure)[]> {
   if (store.completeMany && claims.length > 1) {
-    return store.completeMany(claims, retentionMs).then(identity, (error: unknown) => failAll(claims, error));
+    return store.completeMany(claims, retentionMs).then(identity, failAll(claims));
   }
   return Promise.all(
     claims.map((c) => store.complete(c.eventId, c.token, retentionMs).then(identity, toFailure)),
@@ -47,7 +49,10 @@ function toFailure(error: unknown): StoreFailure {
   return new StoreFailure(error);
 }
 
-function failAll(items: readonly unknown[], error: unknown): StoreFailure[] {
-  const failure = new StoreFailure(error);
-  return items.map(() => failure);
+/** Answers every item of a failed call with the same failure. */
+function failAll(items: readonly unknown[]): (error: unknown) => StoreFailure[] {
+  return (error) => {
+    const failure = new StoreFailure(error);
+    return items.map(() => failure);
+  };
 }
