@@ -966,6 +966,21 @@ describe('a receive is processed as one batch: one store call for its claims, on
     return { store, calls };
   }
 
+  /**
+   * A store of the DedupeStore interface with no batch methods (as the Redis stores are): the
+   * memory store behind it, with its own `claim`.
+   */
+  function perEventStore(memory: MemoryDedupeStore, claim: DedupeStore['claim']): DedupeStore {
+    return {
+      claim,
+      extend: (id, token, leaseMs) => memory.extend(id, token, leaseMs),
+      complete: (id, token, retentionMs) => memory.complete(id, token, retentionMs),
+      release: (id, token) => memory.release(id, token),
+      peek: (id) => memory.peek(id),
+      close: () => memory.close(),
+    };
+  }
+
   it('claims and completes the events of a receive in one call each; a forged one never reaches the store', async () => {
     const { store, calls } = countingStore();
     h = harness({ dedupe: store, endWhenEmpty: true });
@@ -1031,18 +1046,9 @@ describe('a receive is processed as one batch: one store call for its claims, on
   it('a store without claimMany is called per event, and a failed claim fails only its own message', async () => {
     const memory = createMemoryDedupe();
     const unlucky = createTestEnvelope('daily.data.steps.created');
-    // A store of the DedupeStore interface with no batch methods (as the Redis stores are).
-    const store: DedupeStore = {
-      claim: (id, leaseMs) =>
-        id === unlucky.event.event_id
-          ? Promise.reject(new Error('connection reset'))
-          : memory.claim(id, leaseMs),
-      extend: (id, token, leaseMs) => memory.extend(id, token, leaseMs),
-      complete: (id, token, retentionMs) => memory.complete(id, token, retentionMs),
-      release: (id, token) => memory.release(id, token),
-      peek: (id) => memory.peek(id),
-      close: () => memory.close(),
-    };
+    const store = perEventStore(memory, (id, leaseMs) =>
+      id === unlucky.eventId ? Promise.reject(new Error('connection reset')) : memory.claim(id, leaseMs),
+    );
     h = harness({ dedupe: store });
     h.consumer.on('*', () => {});
     const lucky = [0, 1].map(() => createTestEnvelope('daily.data.steps.created'));
@@ -1073,17 +1079,10 @@ describe('a receive is processed as one batch: one store call for its claims, on
     const slowAnswered = new Promise<void>((resolve) => {
       answerSlow = resolve;
     });
-    const store: DedupeStore = {
-      claim: async (id, leaseMs) => {
-        if (id === slow.eventId) await slowAnswered;
-        return memory.claim(id, leaseMs);
-      },
-      extend: (id, token, leaseMs) => memory.extend(id, token, leaseMs),
-      complete: (id, token, retentionMs) => memory.complete(id, token, retentionMs),
-      release: (id, token) => memory.release(id, token),
-      peek: (id) => memory.peek(id),
-      close: () => memory.close(),
-    };
+    const store = perEventStore(memory, async (id, leaseMs) => {
+      if (id === slow.eventId) await slowAnswered;
+      return memory.claim(id, leaseMs);
+    });
     h = harness({ dedupe: store });
     h.consumer.on('*', () => {});
     const fast = createTestEnvelope('daily.data.steps.created');
