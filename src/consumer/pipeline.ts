@@ -63,15 +63,16 @@ export interface ProcessResult {
 const DUPLICATE: Facts = { kind: 'duplicate' };
 
 /**
- * One message in, one outcome out; never throws. Order (docs/concepts.md, "The pipeline"):
+ * Each message in, one outcome out; never throws. Order (docs/concepts.md, "The pipeline"):
  * envelope → age → HMAC → body → id copies → route → claim → schema → handlers → complete.
  * Nothing about a message that failed verification reaches the dedupe store. Each step reports
  * what it learned; `decide` (src/core/outcome.ts) turns that into the outcome and says what
- * becomes of the claim.
+ * becomes of the claim. The messages of one receive go through together (`processBatch`): one
+ * store call for their claims and one for their completes where the store allows it.
  *
  * long: the hot path and its rare exits (unverified, unrouted, taken over, complete failed, let
- * go) share one message's state and the settings; the steps themselves live in core (verify,
- * decide), handler-runner.ts and the store, and the common path avoids helper promise hops.
+ * go) share one message's state (`InFlight`) and the settings; the steps themselves live in core
+ * (verify, decide), handler-runner.ts and the store.
  */
 export class Pipeline {
   readonly #settings: PipelineSettings;
