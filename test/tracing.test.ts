@@ -165,6 +165,48 @@ describe('a span per delivery', () => {
     dir.cleanup();
   });
 
+  it('a batch: each message its own delivery span; a claim span covers the store call, not the verification of the rest', async () => {
+    const { createMemorySource } = await import('../adapters/memory/index.js');
+    const source = createMemorySource({ endWhenEmpty: true });
+    const c = createConsumer({
+      source,
+      secrets: [{ id: 'current', secret: TEST_SIGNING_SECRET }],
+      logger: silentLogger(),
+      deadLetter: { write: async () => {}, close: async () => {} },
+    });
+    c.on('*', () => {});
+    // The last one is large (its verification takes milliseconds), so that a claim span that
+    // started before the batch was verified would show it beyond the clocks' sub-millisecond skew.
+    const envelopes = [0, 1, 2].map((i) =>
+      createTestEnvelope(
+        'daily.data.steps.created',
+        i === 2 ? { fields: { note: 'x'.repeat(800_000) } } : {},
+      ),
+    );
+    for (const e of envelopes) source.send(e.raw);
+    await c.start();
+    await c.stopped;
+    const spans = recorder.spans();
+    const deliveries = spans.filter((s) => s.name.startsWith('process '));
+    expect(deliveries.map((d) => d.attributes['partner_events.event_id']).sort()).toEqual(
+      envelopes.map((e) => e.eventId).sort(),
+    );
+    // Each delivery span anchors its children's clock on its own start (sdk-trace-base's
+    // AnchoredClock, from Date.now()): times of different deliveries may be ~1 ms apart.
+    const ms = (t: readonly [number, number]) => t[0] * 1e3 + t[1] / 1e6;
+    const lastVerifyEnd = Math.max(
+      ...spans.filter((s) => s.name === 'partner_events.verify').map((s) => ms(s.endTime)),
+    );
+    const claims = spans.filter((s) => s.name === 'partner_events.dedupe.claim');
+    expect(claims).toHaveLength(3);
+    // The memory store claims a batch in one call: the claims start once all three are verified.
+    for (const claim of claims) expect(ms(claim.startTime)).toBeGreaterThan(lastVerifyEnd - 1.5);
+    for (const claim of claims) {
+      const delivery = deliveries.find((d) => d.spanContext().spanId === parentOf(claim));
+      expect(delivery).toBeDefined();
+    }
+  });
+
   it('records nothing with tracing: false', async () => {
     const c = consumer({ tracing: false });
     c.on('*', () => {});

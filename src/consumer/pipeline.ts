@@ -137,7 +137,6 @@ export class Pipeline {
         onResult(i, admitted);
         continue;
       }
-      admitted.span = trace?.step('dedupe.claim');
       if (together) claiming.push(admitted);
       else alone.push(this.#claimAlone(admitted, onResult));
     }
@@ -154,7 +153,10 @@ export class Pipeline {
     onResult: (index: number, result: ProcessResult) => void,
   ): Promise<void> {
     const { dedupe } = this.#deps;
-    const ids = claiming.map((item) => item.eventId);
+    const ids = claiming.map((item) => {
+      item.span = item.trace?.step('dedupe.claim');
+      return item.eventId;
+    });
     const claims = await claimAll(dedupe as BatchStore, ids, this.#settings.leaseMs);
     const completing: InFlight[] = [];
     const later: Promise<void>[] = [];
@@ -190,6 +192,7 @@ export class Pipeline {
    */
   async #claimAlone(item: InFlight, onResult: (index: number, result: ProcessResult) => void): Promise<void> {
     let claim: ClaimResult | StoreFailure;
+    item.span = item.trace?.step('dedupe.claim');
     try {
       claim = await this.#deps.dedupe.claim(item.eventId, this.#settings.leaseMs);
     } catch (error) {
