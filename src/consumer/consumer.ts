@@ -189,21 +189,13 @@ export class Consumer<M extends RawMessage = RawMessage> {
 
   /**
    * A result made final: a dead event's record written (or, when that failed, the outcome made a
-   * retry); at once for every other outcome. The delivery span ends with the final outcome.
+   * retry). The delivery span ends with the final outcome.
    */
-  #final(
-    message: M,
-    result: ProcessResult,
-    trace: DeliveryTrace | undefined,
-  ): ProcessResult | Promise<ProcessResult> {
-    if (result.outcome.kind === 'dead') {
-      return this.#deadLettered(message, result, result.outcome).then((final) => {
-        trace?.end(final.outcome);
-        return final;
-      });
-    }
-    trace?.end(result.outcome);
-    return result;
+  async #final(message: M, result: ProcessResult, trace: DeliveryTrace | undefined): Promise<ProcessResult> {
+    const final =
+      result.outcome.kind === 'dead' ? await this.#deadLettered(message, result, result.outcome) : result;
+    trace?.end(final.outcome);
+    return final;
   }
 
   /** Writes the record of a dead result; when that fails, the outcome becomes a retry. */
@@ -338,8 +330,7 @@ export class Consumer<M extends RawMessage = RawMessage> {
     try {
       let result: ProcessResult;
       try {
-        const final = this.#final(message, processed, trace);
-        result = final instanceof Promise ? await final : final;
+        result = await this.#final(message, processed, trace);
       } finally {
         if (watch) this.#heartbeats?.unwatch(watch);
       }

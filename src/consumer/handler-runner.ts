@@ -61,7 +61,7 @@ export class HandlerRunner {
       const span = trace?.handler(i, handler.name);
       let result: unknown;
       try {
-        result = span ? span.call(handler, event as never, context) : handler(event as never, context);
+        result = callHandler(handler, event, context, span);
       } catch (error) {
         this.#done(run, external, onExternal);
         return threw(run, span, error);
@@ -107,7 +107,7 @@ export class HandlerRunner {
         span?.end();
         if (++i === calls.handlers.length) return HANDLED;
         span = calls.trace?.handler(i, (calls.handlers[i] as Handler<never>).name);
-        result = call(calls, i, span);
+        result = callHandler(calls.handlers[i] as Handler<never>, calls.event, calls.context, span);
       }
     } catch (error) {
       return threw(run, span, error);
@@ -140,11 +140,14 @@ interface HandlerCalls {
   readonly onExternal: (() => void) | undefined;
 }
 
-/** Calls handler `index`, inside its span when there is one. */
-function call(calls: HandlerCalls, index: number, span: HandlerSpan | undefined): unknown {
-  const handler = calls.handlers[index] as Handler<never>;
-  const event = calls.event as never;
-  return span ? span.call(handler, event, calls.context) : handler(event, calls.context);
+/** Calls a handler with the event and its context, inside its span when there is one. */
+function callHandler(
+  handler: Handler<never>,
+  event: unknown,
+  context: HandlerContext,
+  span: HandlerSpan | undefined,
+): unknown {
+  return span ? span.call(handler, event as never, context) : handler(event as never, context);
 }
 
 /** A handler threw (or rejected): an abort that caused it says more than the error. */

@@ -8,7 +8,7 @@ import type { Keyring } from '../core/secrets.js';
 import type { RawMessage } from '../core/source-adapter.js';
 import type { DeliveryTrace, StepSpan } from '../core/tracing.js';
 import { type VerifiedMessage, verifyMessage } from '../core/verify.js';
-import { claimAll, completeAll, StoreFailure } from '../dedupe/many.js';
+import { claimAll, claimOne, completeAll, completeOne, StoreFailure } from '../dedupe/many.js';
 import type { ClaimResult, DedupeStore, HeldClaim } from '../dedupe/types.js';
 import { HandlerRunner } from './handler-runner.js';
 import type { Handler, Router } from './router.js';
@@ -157,7 +157,7 @@ export class Pipeline {
       item.span = item.trace?.step('dedupe.claim');
       return item.eventId;
     });
-    const claims = await claimAll(dedupe as BatchStore, ids, this.#settings.leaseMs);
+    const claims = await claimAll(dedupe, ids, this.#settings.leaseMs);
     const completing: InFlight[] = [];
     const later: Promise<void>[] = [];
     for (let k = 0; k < claiming.length; k++) {
@@ -191,13 +191,8 @@ export class Pipeline {
    * only make every message wait for the slowest claim.
    */
   async #claimAlone(item: InFlight, onResult: (index: number, result: ProcessResult) => void): Promise<void> {
-    let claim: ClaimResult | StoreFailure;
     item.span = item.trace?.step('dedupe.claim');
-    try {
-      claim = await this.#deps.dedupe.claim(item.eventId, this.#settings.leaseMs);
-    } catch (error) {
-      claim = new StoreFailure(error);
-    }
+    const claim = await claimOne(this.#deps.dedupe, item.eventId, this.#settings.leaseMs);
     const facts = this.#claimed(item, claim, onResult);
     if (facts !== undefined) onResult(item.index, await this.#afterHandlers(item, await facts));
   }
@@ -244,14 +239,7 @@ export class Pipeline {
   async #afterHandlers(item: InFlight, facts: Facts): Promise<ProcessResult> {
     if (this.#decide(item, facts).claim !== 'complete') return this.#letGoOf(item, facts);
     item.span = item.trace?.step('dedupe.complete');
-    const { eventId } = item.verified;
-    let done: boolean | StoreFailure;
-    try {
-      done = await this.#deps.dedupe.complete(eventId, item.token, this.#settings.retentionMs);
-    } catch (error) {
-      done = new StoreFailure(error);
-    }
-    this.#completed(item, done);
+    this.#completed(item, await completeOne(this.#deps.dedupe, item, this.#settings.retentionMs));
     return this.#decided(item);
   }
 
@@ -275,6 +263,7 @@ export class Pipeline {
     const outcome = (item.decision as Decision).outcome;
     return this.#finish(item.message, item.started, outcome, 'answered', item.verified, item.handlerMs);
   }
+
   /**
    * The steps before the store: a message the source already rejected, verification, routing.
    * A message that passes is on its way to its claim; any other has its result.
@@ -449,9 +438,6 @@ export class Pipeline {
     };
   }
 }
-
-/** A store that claims a batch in one call. */
-type BatchStore = DedupeStore & Pick<Required<DedupeStore>, 'claimMany'>;
 
 /** One message of a batch from its claim to its result (once claimed, a claim it holds). */
 class InFlight implements HeldClaim {

@@ -9,25 +9,41 @@ export class StoreFailure {
   }
 }
 
-/**
- * Claims the events of a batch with the store's `claimMany` (one call, one promise; a single
- * event: the plain `claim`). Never rejects: a failed call answers `StoreFailure` for each event.
- */
-export function claimAll(
-  store: DedupeStore & Pick<Required<DedupeStore>, 'claimMany'>,
-  eventIds: readonly string[],
+/** One event's claim; never rejects: a failed call answers `StoreFailure`. */
+export function claimOne(
+  store: DedupeStore,
+  eventId: string,
   leaseMs: number,
-): Promise<(ClaimResult | StoreFailure)[]> {
-  if (eventIds.length === 1) {
-    return store.claim(eventIds[0] as string, leaseMs).then((answer) => [answer], failAll(eventIds));
-  }
-  return store.claimMany(eventIds, leaseMs).then(identity, failAll(eventIds));
+): Promise<ClaimResult | StoreFailure> {
+  return store.claim(eventId, leaseMs).then(identity, toFailure);
+}
+
+/** One claim's complete; never rejects, as `claimOne`. */
+export function completeOne(
+  store: DedupeStore,
+  claim: HeldClaim,
+  retentionMs: number,
+): Promise<boolean | StoreFailure> {
+  return store.complete(claim.eventId, claim.token, retentionMs).then(identity, toFailure);
 }
 
 /**
- * Completes the claims of a batch: with `completeMany` when the store has it, one `complete` per
- * claim otherwise. Never rejects: a failed call answers `StoreFailure` for each claim it covered.
+ * Claims the events of a batch: with the store's `claimMany` when it has one (one call, one
+ * promise), one `claim` per event otherwise. Never rejects: a failed call answers `StoreFailure`
+ * for each event it covered.
  */
+export function claimAll(
+  store: DedupeStore,
+  eventIds: readonly string[],
+  leaseMs: number,
+): Promise<(ClaimResult | StoreFailure)[]> {
+  if (store.claimMany && eventIds.length > 1) {
+    return store.claimMany(eventIds, leaseMs).then(identity, failAll(eventIds));
+  }
+  return Promise.all(eventIds.map((id) => claimOne(store, id, leaseMs)));
+}
+
+/** Completes the claims of a batch, as `claimAll` claims: `completeMany` when the store has it. */
 export function completeAll(
   store: DedupeStore,
   claims: readonly HeldClaim[],
@@ -36,9 +52,7 @@ export function completeAll(
   if (store.completeMany && claims.length > 1) {
     return store.completeMany(claims, retentionMs).then(identity, failAll(claims));
   }
-  return Promise.all(
-    claims.map((c) => store.complete(c.eventId, c.token, retentionMs).then(identity, toFailure)),
-  );
+  return Promise.all(claims.map((c) => completeOne(store, c, retentionMs)));
 }
 
 function identity<T>(value: T): T {
