@@ -678,6 +678,46 @@ describe('consumer: dead letters, settling, shutdown', () => {
     expect(write).toHaveBeenCalled();
   });
 
+  it('an onSettled that throws is logged, frees its slot, and stops nothing', async () => {
+    const lines: { msg: string; level: number }[] = [];
+    const logger = pino({ level: 'info' }, { write: (line: string) => void lines.push(JSON.parse(line)) });
+    h = harness({
+      concurrency: 1,
+      endWhenEmpty: true,
+      logger,
+      onSettled: () => {
+        throw new Error('report sink broke');
+      },
+    });
+    h.consumer.on('*', vi.fn());
+    for (let i = 0; i < 3; i++) h.source.send(createTestEnvelope('daily.data.steps.created').raw);
+    await h.consumer.start();
+    await h.consumer.stopped;
+    // Each message was applied to the broker before its report, and the one slot came back each time.
+    expect(h.source.settled.map((s) => s.outcome)).toEqual(Array(3).fill({ kind: 'ack', result: 'handled' }));
+    expect(lines.filter((l) => l.msg === 'onSettled threw')).toHaveLength(3);
+  });
+
+  it('a source whose settle throws (or rejects) is logged; the slot comes back and the next message goes on', async () => {
+    const lines: { msg: string; outcome?: string }[] = [];
+    const logger = pino({ level: 'info' }, { write: (line: string) => void lines.push(JSON.parse(line)) });
+    h = harness({ concurrency: 1, logger });
+    h.consumer.on('*', vi.fn());
+    const realSettle = h.source.settle.bind(h.source);
+    let calls = 0;
+    h.source.settle = (message, outcome) => {
+      calls++;
+      if (calls === 1) throw new Error('broker said no, synchronously');
+      if (calls === 2) return Promise.reject(new Error('broker said no'));
+      return realSettle(message, outcome);
+    };
+    for (let i = 0; i < 3; i++) h.source.send(createTestEnvelope('daily.data.steps.created').raw);
+    await h.consumer.start();
+    await h.waitFor(() => h?.reports.length === 3);
+    expect(h.reports.map((r) => r.outcome.kind)).toEqual(['ack', 'ack', 'ack']);
+    expect(lines.filter((l) => l.msg === 'settle failed').map((l) => l.outcome)).toEqual(['ack', 'ack']);
+  });
+
   it('never runs more handlers at once than its concurrency', async () => {
     let running = 0;
     let peak = 0;

@@ -34,7 +34,10 @@ export interface ConsumerOptions<M extends RawMessage = RawMessage> extends Cons
   deadLetter?: DeadLetterSink | string;
   /** A pino logger. Default: pino at `LOG_LEVEL` (info). */
   logger?: Logger;
-  /** Called once per settled message, after the adapter applied the outcome. */
+  /**
+   * Called once per settled message, after the adapter applied the outcome. An exception it
+   * throws is logged and changes nothing else.
+   */
   onSettled?: (report: SettledReport<M>) => void;
   /** Clock in ms, for tests. */
   now?: () => number;
@@ -294,7 +297,7 @@ export class Consumer<M extends RawMessage = RawMessage> {
     const onResult = (i: number, result: ProcessResult) => {
       reported[i] = 1;
       const watch = watches?.[i];
-      void this.#settle(source, batch[i] as M, result, traces?.[i], watch, settled);
+      this.#settle(source, batch[i] as M, result, traces?.[i], watch, settled);
     };
     this.#pipeline
       .processBatch(
@@ -317,35 +320,74 @@ export class Consumer<M extends RawMessage = RawMessage> {
 
   /**
    * One message's result: made final, applied to the broker, counted and reported; its slot is
-   * freed (`settled`) whatever happens.
+   * freed (`settled`) whatever happens. A result that is not dead is final as it is: it goes to
+   * the broker at once, without the async frames a dead-letter write needs (the common case
+   * costs one promise, the source's own).
    */
-  async #settle(
+  #settle(
     source: SourceAdapter<M>,
     message: M,
     processed: ProcessResult,
     trace: DeliveryTrace | undefined,
     watch: HeartbeatWatch<M> | undefined,
     settled: () => void,
-  ): Promise<void> {
+  ): void {
+    if (processed.outcome.kind === 'dead') {
+      this.#final(message, processed, trace).then(
+        (result) => this.#apply(source, message, result, watch, settled),
+        // #final never rejects; this only keeps a bug of the kit from holding a slot forever
+        // (the message, not settled, is redelivered by the broker).
+        (error: unknown) => {
+          if (watch) this.#heartbeats?.unwatch(watch);
+          this.logger.error(
+            { message_id: message.id, err: errorMessage(error) },
+            'unexpected exception while settling a message',
+          );
+          settled();
+        },
+      );
+      return;
+    }
+    trace?.end(processed.outcome);
+    this.#apply(source, message, processed, watch, settled);
+  }
+
+  /** Applies a final result to the broker, then counts and reports it. */
+  #apply(
+    source: SourceAdapter<M>,
+    message: M,
+    result: ProcessResult,
+    watch: HeartbeatWatch<M> | undefined,
+    settled: () => void,
+  ): void {
+    if (watch) this.#heartbeats?.unwatch(watch);
+    let applying: Promise<void>;
     try {
-      let result: ProcessResult;
-      try {
-        result = await this.#final(message, processed, trace);
-      } finally {
-        if (watch) this.#heartbeats?.unwatch(watch);
-      }
-      try {
-        await source.settle(message, result.outcome);
-      } catch (error) {
+      applying = source.settle(message, result.outcome);
+    } catch (error) {
+      applying = Promise.reject(error);
+    }
+    applying.then(
+      () => this.#report(message, result, settled),
+      (error: unknown) => {
         // The broker will redeliver (visibility expiry); the dedupe store makes that safe.
         this.logger.error(
           { message_id: message.id, err: errorMessage(error), outcome: result.outcome.kind },
           'settle failed',
         );
-      }
+        this.#report(message, result, settled);
+      },
+    );
+  }
+
+  /** Counts and reports a settled message, then frees its slot (an `onSettled` that throws is logged). */
+  #report(message: M, result: ProcessResult, settled: () => void): void {
+    try {
       // A store outage fails every message the same way: said once (StoreHealth), not per message.
       this.#settledLog.note(result, message, this.#storeHealth.note(result));
       this.#onSettled?.({ ...result, message });
+    } catch (error) {
+      this.logger.error({ message_id: message.id, err: errorMessage(error) }, 'onSettled threw');
     } finally {
       settled();
     }
