@@ -175,10 +175,12 @@ export class Pipeline {
     }
     if (completing.length > 0) {
       const done = await completeAll(dedupe, completing, this.#settings.retentionMs);
+      // Completed together: one clock read for all of them.
+      const at = performance.now();
       for (let k = 0; k < completing.length; k++) {
         const item = completing[k] as InFlight;
         this.#completed(item, done[k] as boolean | StoreFailure);
-        onResult(item.index, this.#decided(item));
+        onResult(item.index, this.#decided(item, at));
       }
     }
     if (later.length > 0) await Promise.all(later);
@@ -259,9 +261,10 @@ export class Pipeline {
     return this.#decided(item);
   }
 
-  #decided(item: InFlight): ProcessResult {
+  /** The result of a message whose claim was answered and decided on, final at `at` (ms). */
+  #decided(item: InFlight, at = performance.now()): ProcessResult {
     const outcome = (item.decision as Decision).outcome;
-    return this.#finish(item.message, item.started, outcome, 'answered', item.verified, item.handlerMs);
+    return this.#finish(item.message, item.started, outcome, 'answered', item.verified, item.handlerMs, at);
   }
 
   /**
@@ -424,6 +427,7 @@ export class Pipeline {
     store: StoreContact,
     verified: VerifiedMessage | undefined,
     handlerMs: number | undefined,
+    at = performance.now(),
   ): ProcessResult {
     return {
       outcome,
@@ -432,7 +436,7 @@ export class Pipeline {
       keyId: verified?.keyId,
       signedAt: verified?.signedAt,
       attempt: message.attempt,
-      durationMs: performance.now() - started,
+      durationMs: at - started,
       handlerDurationMs: handlerMs,
       store,
     };
