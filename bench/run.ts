@@ -72,7 +72,7 @@ const SIDECAR_PER_CORE_GOAL = 10_000; // run --forward from a file, events/s per
 
 const verifyOptions = quick
   ? { warmupMs: 40, rounds: 3, roundMs: 40, pool: 16 }
-  : { warmupMs: 200, rounds: 7, roundMs: 120, pool: 64 };
+  : { warmupMs: 200, rounds: 8, roundMs: 120, pool: 64 };
 
 /** Events per timed run, per size; fewer for 64 KB bodies (memory, and each costs ~100×). */
 const pipelinePlan: Record<string, { n: number; warmup: number; reps: number }> = quick

@@ -124,11 +124,13 @@ export function runVerifyBench(options: VerifyBenchOptions): VerifySizeResult[] 
       const msPerOp = warm(impl.op, options.warmupMs, mask);
       iterations.set(impl.name, Math.max(8, Math.round(options.roundMs / msPerOp)));
     }
-    // Rounds interleave the implementations so drift (thermal, GC, neighbours) hits all alike.
+    // Rounds interleave the implementations so drift (thermal, GC, neighbours) hits all alike, in
+    // the opposite order every other round: an implementation pays the garbage of the one before
+    // it, so a fixed order would always charge svix's to the floor.
     const samples = new Map<string, number[]>(impls.map((impl) => [impl.name, []]));
     const cpuSamples = new Map<string, number[]>(impls.map((impl) => [impl.name, []]));
     for (let r = 0; r < options.rounds; r++) {
-      for (const impl of impls) {
+      for (const impl of r % 2 === 0 ? impls : [...impls].reverse()) {
         const n = iterations.get(impl.name) as number;
         const cpu = process.cpuUsage();
         const ms = runFor(impl.op, n, mask);
