@@ -210,11 +210,12 @@ function openDatabase(options: SqliteDedupeOptions): Database.Database {
     // Created 0600 first: SQLite gives the -wal and -shm files the database file's mode.
     if (options.path !== ':memory:') createPrivateFile(options.path);
     const db = new Database(options.path);
-    db.pragma(`busy_timeout = ${options.busyTimeoutMs ?? 5000}`);
+    const busyTimeoutMs = options.busyTimeoutMs ?? 5000;
+    db.pragma(`busy_timeout = ${busyTimeoutMs}`);
     // Random event ids dirty one page per write: small pages make each commit cheaper
     // (measured 1.3x on the store's write pattern). Applies to new files only.
     db.pragma('page_size = 1024');
-    db.pragma('journal_mode = WAL');
+    if (options.path !== ':memory:') enableWal(db, busyTimeoutMs);
     // NORMAL in WAL mode survives a process crash; a power loss can forget the last commits,
     // which costs at most a repeated handler run (the documented crash window), never a loss.
     db.pragma('synchronous = NORMAL');
@@ -246,6 +247,36 @@ function openDatabase(options: SqliteDedupeOptions): Database.Database {
   } catch (cause) {
     throw new DedupeUnavailableError(`cannot open SQLite dedupe store at ${options.path}`, { cause });
   }
+}
+
+/**
+ * Switches the file to WAL, waiting for other processes as a write would. SQLite does not call its
+ * busy handler for this switch: while another process opens the same new file, it answers
+ * "database is locked" at once (three workers starting together on a fresh shared file: 4 of 40
+ * starts failed so). So the switch is tried again, backing off, until the busy timeout.
+ */
+function enableWal(db: Database.Database, busyTimeoutMs: number): void {
+  const deadline = Date.now() + busyTimeoutMs;
+  for (let delayMs = 2; ; delayMs = Math.min(delayMs * 2, 100)) {
+    try {
+      // Another process may have switched the file already: then this is a no-op.
+      db.pragma('journal_mode = WAL');
+      return;
+    } catch (error) {
+      if (!isBusy(error) || Date.now() + delayMs > deadline) throw error;
+    }
+    sleepSync(delayMs);
+  }
+}
+
+function isBusy(error: unknown): boolean {
+  const code = (error as { code?: unknown } | null)?.code;
+  return typeof code === 'string' && code.startsWith('SQLITE_BUSY');
+}
+
+/** Blocks this thread for `ms` (only while the store opens, before it serves anything). */
+function sleepSync(ms: number): void {
+  Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, ms);
 }
 
 /**
