@@ -424,6 +424,14 @@ describe('SIGNATURE_MISMATCH', () => {
       'a non-ASCII character whose low byte is the right hex digit',
       (sig: string) => `${sig.slice(0, 63)}${String.fromCharCode(0x1500 + sig.charCodeAt(63))}`,
     ],
+    [
+      'a two-byte character whose low byte is the right hex digit',
+      (sig: string) => `${sig.slice(0, 63)}${String.fromCharCode(0x100 + sig.charCodeAt(63))}`,
+    ],
+    [
+      'a lone surrogate whose low byte is the right hex digit',
+      (sig: string) => `${String.fromCharCode(0xd800 + sig.charCodeAt(0))}${sig.slice(1)}`,
+    ],
     ['non-hex characters throughout', () => 'z'.repeat(64)],
     ['a 0x prefix', (sig: string) => `0x${sig.slice(2)}`],
     ['surrounding whitespace', (sig: string) => ` ${sig} `],
