@@ -380,17 +380,30 @@ export class Consumer<M extends RawMessage = RawMessage> {
     );
   }
 
-  /** Counts and reports a settled message, then frees its slot (an `onSettled` that throws is logged). */
+  /**
+   * Counts and reports a settled message, then frees its slot. Nothing thrown here escapes (it
+   * would be an unhandled rejection, which ends the process): an `onSettled` that throws is
+   * logged.
+   */
   #report(message: M, result: ProcessResult, settled: () => void): void {
     try {
       // A store outage fails every message the same way: said once (StoreHealth), not per message.
       this.#settledLog.note(result, message, this.#storeHealth.note(result));
-      this.#onSettled?.({ ...result, message });
     } catch (error) {
-      this.logger.error({ message_id: message.id, err: errorMessage(error) }, 'onSettled threw');
-    } finally {
-      settled();
+      this.logger.error(
+        { message_id: message.id, err: errorMessage(error) },
+        'unexpected exception while counting a settled message (a bug in partner-health-events)',
+      );
     }
+    const onSettled = this.#onSettled;
+    if (onSettled) {
+      try {
+        onSettled({ ...result, message });
+      } catch (error) {
+        this.logger.error({ message_id: message.id, err: errorMessage(error) }, 'onSettled threw');
+      }
+    }
+    settled();
   }
 
   #memoryDedupe(): DedupeStore {
