@@ -16,7 +16,7 @@ import { resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { makeEnvelopes, sizeByLabel } from './fixtures.js';
 import { runFloorOnce, runPipelineOnce } from './pipeline.js';
-import { fmtFixed, fmtInt, median, table } from './stats.js';
+import { fmtFixed, fmtInt, median, runInterleaved, table } from './stats.js';
 
 const { values } = parseArgs({
   options: {
@@ -52,11 +52,7 @@ const sides = {
 } as const;
 type Side = keyof typeof sides;
 const names = Object.keys(sides) as Side[];
-const timed = Object.fromEntries(names.map((s) => [s, [] as Timed[]])) as Record<Side, Timed[]>;
-for (let warm = 0; warm < 2; warm++) for (const side of names) await sides[side]();
-for (let r = 0; r < reps; r++) {
-  for (const side of r % 2 === 0 ? names : [...names].reverse()) timed[side].push(await sides[side]());
-}
+const timed = await runInterleaved(sides, reps, 2);
 
 const perSec = (t: Timed) => (n / t.ms) * 1000;
 const cpuPer = (t: Timed) => t.cpuUs / n;

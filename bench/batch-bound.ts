@@ -25,7 +25,7 @@ import { verifyMessage } from '../src/core/verify.js';
 
 import { makeEnvelopes, OUR_SECRET, sizeByLabel } from './fixtures.js';
 import { runFloorOnce, runPipelineOnce } from './pipeline.js';
-import { fmtFixed, fmtInt, median, table } from './stats.js';
+import { fmtFixed, fmtInt, median, runInterleaved, table } from './stats.js';
 import { openStoreFileBare } from './store-file.js';
 
 const { values } = parseArgs({
@@ -133,12 +133,7 @@ const sides = {
 } as const;
 type Side = keyof typeof sides;
 const names = Object.keys(sides) as Side[];
-const timed = Object.fromEntries(names.map((s) => [s, [] as Timed[]])) as Record<Side, Timed[]>;
-for (const side of names) await sides[side](); // warm-up
-// The opposite order every other repetition (a fixed order biases: see bench/pipeline.ts).
-for (let r = 0; r < reps; r++) {
-  for (const side of r % 2 === 0 ? names : [...names].reverse()) timed[side].push(await sides[side]());
-}
+const timed = await runInterleaved(sides, reps);
 
 const perSec = (t: Timed) => (n / t.ms) * 1000;
 const cpuPer = (t: Timed) => t.cpuUs / n;

@@ -12,7 +12,7 @@ import { type EventType, eventSchemas } from '../src/core/events/schemas.js';
 import { silentLogger } from '../src/core/logger.js';
 import { createSqliteDedupe } from '../src/dedupe/sqlite.js';
 import { EVENT_TYPE, makeEnvelopes, OUR_SECRET, sizeByLabel } from './fixtures.js';
-import { median } from './stats.js';
+import { median, repetitionOrder } from './stats.js';
 import { openStoreFileBare } from './store-file.js';
 
 export interface PipelineSizeOptions {
@@ -349,9 +349,8 @@ export async function runPipelineSize(options: PipelineSizeOptions): Promise<Pip
   const floor2Ms: Timed[] = [];
   const untracedMs: Timed[] = [];
   if (options.compareTracing) await runPipelineOnce(warmRaws, options.concurrency, undefined, false);
-  // The sides of one repetition run back to back, in the opposite order every other repetition: a
-  // run is slower right after some runs than after others (measured: the floor ran ~15 % slower
-  // right after the pipeline than after floor+c), so a fixed order would bias every ratio.
+  // The sides of one repetition run back to back, in `repetitionOrder` (measured: the floor ran
+  // ~15 % slower right after the pipeline than after floor+c).
   const sides: (() => Promise<void>)[] = [];
   if (doPipeline)
     sides.push(async () => void pipelineMs.push(await runPipelineOnce(raws, options.concurrency, peak)));
@@ -365,7 +364,7 @@ export async function runPipelineSize(options: PipelineSizeOptions): Promise<Pip
     sides.push(async () => void floor2Ms.push(await runFloorOnce(raws, { complete: true })));
   }
   for (let r = 0; r < options.reps; r++) {
-    for (const side of r % 2 === 0 ? sides : [...sides].reverse()) await side();
+    for (const side of repetitionOrder(sides, r)) await side();
   }
   gc();
   const after = process.memoryUsage();

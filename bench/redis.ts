@@ -28,7 +28,7 @@ import { createRedisDedupe, FAIL_FAST_OPTIONS, REDIS_SCRIPTS } from '../src/dedu
 import { ABANDONED_CLAIM_MEMORY_MS } from '../src/dedupe/types.js';
 import { HAS_REDIS, RedisServer } from '../test/support/redis-server.js';
 import { EVENT_TYPE, makeEnvelopes, OUR_SECRET } from './fixtures.js';
-import { fmtFixed, fmtInt, median, sig, table } from './stats.js';
+import { fmtFixed, fmtInt, median, repetitionOrder, sig, table } from './stats.js';
 
 const CONCURRENCY = 64;
 const LEASE_MS = 60_000;
@@ -119,10 +119,8 @@ export async function runRedisBench(options: { quick: boolean }): Promise<RedisB
 
     const commandsPerEvent = await countCommands(admin, () => runners['pipeline+redis'](raws), n);
     const times = new Map<RowName, Timed[]>(ROWS.map((row) => [row, []]));
-    // The rows in the opposite order every other repetition: a run is slower after some runs than
-    // after others, and a fixed order would bias the ratios.
     for (let r = 0; r < reps; r++) {
-      for (const row of r % 2 === 0 ? ROWS : [...ROWS].reverse()) {
+      for (const row of repetitionOrder(ROWS, r)) {
         times.get(row)?.push(await timed(() => runners[row](raws)));
       }
     }

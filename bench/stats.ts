@@ -9,6 +9,30 @@ export function median(values: readonly number[]): number {
     : ((sorted[mid - 1] as number) + (sorted[mid] as number)) / 2;
 }
 
+/**
+ * The sides of repetition `r` in the order to run them: as given, reversed every other
+ * repetition. A run is slower right after some runs than after others (docs/performance.md,
+ * "Another host"), so a fixed order would bias every ratio taken between the sides.
+ */
+export function repetitionOrder<T>(sides: readonly T[], r: number): readonly T[] {
+  return r % 2 === 0 ? sides : [...sides].reverse();
+}
+
+/** Runs each side `warmups` times, then once per repetition in `repetitionOrder`: results by side. */
+export async function runInterleaved<S extends string, R>(
+  sides: Readonly<Record<S, () => Promise<R>>>,
+  reps: number,
+  warmups = 1,
+): Promise<Record<S, R[]>> {
+  const names = Object.keys(sides) as S[];
+  const results = Object.fromEntries(names.map((name) => [name, [] as R[]])) as Record<S, R[]>;
+  for (let w = 0; w < warmups; w++) for (const name of names) await sides[name]();
+  for (let r = 0; r < reps; r++) {
+    for (const name of repetitionOrder(names, r)) results[name].push(await sides[name]());
+  }
+  return results;
+}
+
 /** Rounds to `digits` significant digits (for the JSON line: readable, still exact enough). */
 export function sig(value: number, digits = 4): number {
   if (!Number.isFinite(value) || value === 0) return value;

@@ -11,7 +11,7 @@ import { Webhook } from 'svix';
 import { Keyring } from '../src/core/secrets.js';
 import { verifyMessage } from '../src/core/verify.js';
 import { makeVerifyInputs, OUR_SECRET, SIZES, STRIPE_SECRET, SVIX_SECRET } from './fixtures.js';
-import { median } from './stats.js';
+import { median, repetitionOrder } from './stats.js';
 
 export interface VerifyTiming {
   readonly opsPerSec: number;
@@ -125,12 +125,12 @@ export function runVerifyBench(options: VerifyBenchOptions): VerifySizeResult[] 
       iterations.set(impl.name, Math.max(8, Math.round(options.roundMs / msPerOp)));
     }
     // Rounds interleave the implementations so drift (thermal, GC, neighbours) hits all alike, in
-    // the opposite order every other round: an implementation pays the garbage of the one before
-    // it, so a fixed order would always charge svix's to the floor.
+    // `repetitionOrder`: an implementation pays the garbage of the one before it, so a fixed order
+    // would always charge svix's to the floor.
     const samples = new Map<string, number[]>(impls.map((impl) => [impl.name, []]));
     const cpuSamples = new Map<string, number[]>(impls.map((impl) => [impl.name, []]));
     for (let r = 0; r < options.rounds; r++) {
-      for (const impl of r % 2 === 0 ? impls : [...impls].reverse()) {
+      for (const impl of repetitionOrder(impls, r)) {
         const n = iterations.get(impl.name) as number;
         const cpu = process.cpuUsage();
         const ms = runFor(impl.op, n, mask);
