@@ -718,10 +718,11 @@ describe('SqliteDedupeStore only', () => {
       errors: string[];
     }
 
-    function startClaimer(args: string[]) {
+    /** A child process running `script` with tsx, read line by line. */
+    function startChild(script: string, args: string[]) {
       const child: ChildProcessWithoutNullStreams = spawn(
         process.execPath,
-        ['--import', 'tsx', claimer, ...args],
+        ['--import', 'tsx', script, ...args],
         { cwd: repo, stdio: ['pipe', 'pipe', 'pipe'] },
       );
       let stderr = '';
@@ -736,15 +737,20 @@ describe('SqliteDedupeStore only', () => {
         if (w) w(line);
         else queue.push(line);
       });
-      const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
+      // 'close', not 'exit': by then every line the child wrote has been read.
+      const exited = new Promise<number | null>((resolve) => child.on('close', (code) => resolve(code)));
       const nextLine = () =>
         new Promise<string>((resolve, reject) => {
           const queued = queue.shift();
           if (queued !== undefined) return resolve(queued);
           waiters.push(resolve);
-          void exited.then((code) => reject(new Error(`claimer exited (${code}) early:\n${stderr}`)));
+          void exited.then((code) => reject(new Error(`${script} exited (${code}) early:\n${stderr}`)));
         });
       return { child, nextLine, exited, stderr: () => stderr };
+    }
+
+    function startClaimer(args: string[]) {
+      return startChild(claimer, args);
     }
 
     const children: ChildProcessWithoutNullStreams[] = [];
@@ -820,35 +826,15 @@ describe('SqliteDedupeStore only', () => {
       const opener = join(here, 'support', 'sqlite-opener.ts');
       const dir = tempDir();
       const rounds = 40;
-      const openers = Array.from({ length: 3 }, () => {
-        const child = spawn(process.execPath, ['--import', 'tsx', opener, dir, String(rounds), '60'], {
-          cwd: repo,
-          stdio: ['pipe', 'pipe', 'pipe'],
-        });
-        children.push(child);
-        let stderr = '';
-        child.stderr.on('data', (d: Buffer) => {
-          stderr += d.toString();
-        });
-        const lines: string[] = [];
-        createInterface({ input: child.stdout }).on('line', (line) => lines.push(line));
-        const ready = new Promise<void>((resolve, reject) => {
-          const poll = setInterval(() => {
-            if (lines[0] === 'ready') resolve();
-            else if (child.exitCode !== null) reject(new Error(`opener exited early:\n${stderr}`));
-            else return;
-            clearInterval(poll);
-          }, 10);
-        });
-        const exited = new Promise<number | null>((resolve) => child.on('exit', resolve));
-        return { child, lines, ready, exited, stderr: () => stderr };
-      });
-      await Promise.all(openers.map((o) => o.ready));
+      const openers = Array.from({ length: 3 }, () => startChild(opener, [dir, String(rounds), '60']));
+      children.push(...openers.map((o) => o.child));
+      for (const o of openers) expect(await o.nextLine()).toBe('ready');
       const start = String(Date.now() + 300);
       for (const o of openers) o.child.stdin.end(`${start}\n`);
       for (const o of openers) {
+        const results: { round: number; error: string | null }[] = [];
+        for (let r = 0; r < rounds; r++) results.push(JSON.parse(await o.nextLine()));
         expect(await o.exited, o.stderr()).toBe(0);
-        const results = o.lines.slice(1).map((l) => JSON.parse(l) as { round: number; error: string | null });
         expect(results).toHaveLength(rounds);
         expect(results.filter((r) => r.error !== null)).toEqual([]);
       }
