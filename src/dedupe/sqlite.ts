@@ -215,7 +215,7 @@ function openDatabase(options: SqliteDedupeOptions): Database.Database {
     // Random event ids dirty one page per write: small pages make each commit cheaper
     // (measured 1.3x on the store's write pattern). Applies to new files only.
     db.pragma('page_size = 1024');
-    if (options.path !== ':memory:') enableWal(db, busyTimeoutMs);
+    enableWal(db, busyTimeoutMs);
     // NORMAL in WAL mode survives a process crash; a power loss can forget the last commits,
     // which costs at most a repeated handler run (the documented crash window), never a loss.
     db.pragma('synchronous = NORMAL');
