@@ -778,7 +778,6 @@ describe('SqliteDedupeStore only', () => {
 
     it('500 ids in opposite orders, in lockstep: each claimed exactly once, the two meet in the middle', async () => {
       const n = 500;
-      await open().close(); // the file exists before the children open it
       // Chunks of 12: after 20 rounds A has 0..239 and B 499..260; round 21 both go for 248..251.
       const a = startClaimer([path, String(n), 'forward', '12', 'lockstep']);
       const b = startClaimer([path, String(n), 'reverse', '12', 'lockstep']);
