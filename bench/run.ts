@@ -31,7 +31,7 @@ import type { PipelineSizeResult, RatioSpread, RunSeries } from './pipeline.js';
 import { type RedisBenchResult, redisJson, runRedisSection } from './redis.js';
 import { printServerlessRows, runServerlessBench, type ServerlessRow } from './serverless.js';
 import { runSidecarBench, type SidecarRow } from './sidecar.js';
-import { fmtFixed, fmtInt, fmtMiB, sig, table } from './stats.js';
+import { fmtFixed, fmtInt, fmtMiB, median, sig, table } from './stats.js';
 import { runVerifyBench, type VerifySizeResult, type VerifyTiming } from './verify.js';
 
 const { values } = parseArgs({
@@ -253,6 +253,20 @@ if (runPipeline) {
     console.log(
       `    tracing code at ${r.size} (OpenTelemetry API installed, no SDK): pipeline ÷ pipeline with tracing: false = ` +
         `${ratioCell(t.wall)}, by CPU ${ratioCell(t.cpu)}; goal ≥ ${TRACING_GOAL} by CPU: ${met}`,
+    );
+  }
+  // The floors run no code of the kit: how far their ratio moves between repetitions is how far
+  // the machine's speed moved during the run, which no change of the kit can cause or cure.
+  const floorsAgainstEachOther = pipelineResults.flatMap((r) => {
+    const { floor, floorClaimComplete } = r;
+    if (!floor || !floorClaimComplete) return [];
+    const perRep = floorClaimComplete.runs.map((x, i) => x / (floor.runs[i] as number));
+    const spread = { median: median(perRep), min: Math.min(...perRep), max: Math.max(...perRep) };
+    return [`${r.size} ${ratioCell(spread)}`];
+  });
+  if (floorsAgainstEachOther.length > 0) {
+    console.log(
+      `    the floors against each other, floor+c ÷ floor (no kit code in either; its spread is the machine's): ${floorsAgainstEachOther.join(', ')}`,
     );
   }
   console.log(
