@@ -1,7 +1,12 @@
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { NODE_END_OF_LIFE, nodeEndOfLife } from '../src/cli/node-support.js';
+import {
+  endOfLifeWarning,
+  maintainedNodeLines,
+  NODE_END_OF_LIFE,
+  nodeEndOfLife,
+} from '../src/cli/node-support.js';
 import { createTestEnvelope } from '../src/consumer/testing.js';
 import { runCli } from './support/cli.js';
 import { tempDir } from './support/harness.js';
@@ -15,6 +20,19 @@ describe('nodeEndOfLife', () => {
     expect(nodeEndOfLife('22.12.0', new Date('2026-11-28T12:00:00Z'))).toBeUndefined();
     expect(nodeEndOfLife('22.12.0', new Date('2027-05-01T00:00:00Z'))).toBe('2027-04-30');
     expect(nodeEndOfLife('24.21.0', new Date('2026-11-28T12:00:00Z'))).toBeUndefined();
+  });
+
+  it('advises the lines still maintained on that day, newest first', () => {
+    expect(maintainedNodeLines(new Date('2026-11-28T12:00:00Z'))).toEqual([24, 22]);
+    expect(endOfLifeWarning('20.20.2', new Date('2026-11-28T12:00:00Z'))).toEqual({
+      fields: { node: '20.20.2', end_of_life: '2026-04-30' },
+      message:
+        'this Node version is past its end of life (no more security fixes): run a maintained LTS (24 or 22)',
+    });
+    // Once 22 has ended too, it is no longer advised; past every known date, no line is named.
+    expect(endOfLifeWarning('22.12.0', new Date('2027-06-01T00:00:00Z'))?.message).toMatch(/LTS \(24\)$/);
+    expect(endOfLifeWarning('24.21.0', new Date('2029-01-01T00:00:00Z'))?.message).toMatch(/maintained LTS$/);
+    expect(endOfLifeWarning('24.21.0', new Date('2026-11-28T12:00:00Z'))).toBeUndefined();
   });
 
   it('says nothing of a line it has no date for (a newer Node)', () => {

@@ -16,3 +16,26 @@ export function nodeEndOfLife(
   const date = NODE_END_OF_LIFE[Number.parseInt(version, 10)];
   return date !== undefined && now.getTime() >= Date.parse(`${date}T00:00:00Z`) ? date : undefined;
 }
+
+/** The Node majors of the table still maintained at `now`, newest first (e.g. [24, 22]). */
+export function maintainedNodeLines(now: Date = new Date()): number[] {
+  return Object.entries(NODE_END_OF_LIFE)
+    .filter(([, date]) => now.getTime() < Date.parse(`${date}T00:00:00Z`))
+    .map(([major]) => Number(major))
+    .sort((a, b) => b - a);
+}
+
+/** The warning `run` logs on a Node past its end of life; undefined on a maintained one. */
+export function endOfLifeWarning(
+  version: string = process.versions.node,
+  now: Date = new Date(),
+): { readonly fields: { node: string; end_of_life: string }; readonly message: string } | undefined {
+  const endOfLife = nodeEndOfLife(version, now);
+  if (endOfLife === undefined) return undefined;
+  const maintained = maintainedNodeLines(now);
+  const advice = maintained.length > 0 ? ` (${maintained.join(' or ')})` : '';
+  return {
+    fields: { node: version, end_of_life: endOfLife },
+    message: `this Node version is past its end of life (no more security fixes): run a maintained LTS${advice}`,
+  };
+}

@@ -33,7 +33,7 @@ import {
   writeLine,
 } from './common.js';
 import { handlersLoadError } from './handlers-module.js';
-import { nodeEndOfLife } from './node-support.js';
+import { endOfLifeWarning } from './node-support.js';
 import { consoleFor } from './run-console.js';
 import { openSource, SOURCE_FORMS } from './sources.js';
 import { createRunOutput, type RunOutput, terminalLogDestination } from './terminal-report.js';
@@ -87,13 +87,8 @@ export async function runCommand(args: string[]): Promise<number> {
   if (traces) worker.logger.info({ endpoint: traces.endpoint }, 'exporting traces over OTLP/HTTP');
   const ops = await serveOps(worker, config, values.config);
   worker.output.ready(ops?.url);
-  const endOfLife = nodeEndOfLife();
-  if (endOfLife) {
-    worker.logger.warn(
-      { node: process.versions.node, end_of_life: endOfLife },
-      'this Node version is past its end of life (no more security fixes): run a maintained LTS (24 or 22)',
-    );
-  }
+  const endOfLife = endOfLifeWarning();
+  if (endOfLife) worker.logger.warn(endOfLife.fields, endOfLife.message);
   await runUntilStopped(worker, config, ops);
   await flushTraces(traces, worker.logger);
   return worker.output.finish();
