@@ -314,7 +314,8 @@ function series(n: number, timed: readonly Timed[]): RunSeries | null {
   return { eventsPerSec, usPerEvent: 1e6 / eventsPerSec, runs, cpuUsPerEvent: median(cpuRuns), cpuRuns };
 }
 
-function spread(values: readonly number[]): RatioSpread {
+/** Median, min and max of per-repetition ratios. */
+export function spread(values: readonly number[]): RatioSpread {
   return { median: median(values), min: Math.min(...values), max: Math.max(...values) };
 }
 

@@ -27,11 +27,11 @@ import { parseArgs } from 'node:util';
 import { type ConsoleBenchResult, consoleJson, runConsoleSection } from './console.js';
 import { type DedupeBenchRow, runDedupeBench } from './dedupe.js';
 import { SIZES, sizeByLabel } from './fixtures.js';
-import type { PipelineSizeResult, RatioSpread, RunSeries } from './pipeline.js';
+import { type PipelineSizeResult, type RatioSpread, type RunSeries, spread } from './pipeline.js';
 import { type RedisBenchResult, redisJson, runRedisSection } from './redis.js';
 import { printServerlessRows, runServerlessBench, type ServerlessRow } from './serverless.js';
 import { runSidecarBench, type SidecarRow } from './sidecar.js';
-import { fmtFixed, fmtInt, fmtMiB, median, sig, table } from './stats.js';
+import { fmtFixed, fmtInt, fmtMiB, sig, table } from './stats.js';
 import { runVerifyBench, type VerifySizeResult, type VerifyTiming } from './verify.js';
 
 const { values } = parseArgs({
@@ -261,8 +261,7 @@ if (runPipeline) {
     const { floor, floorClaimComplete } = r;
     if (!floor || !floorClaimComplete) return [];
     const perRep = floorClaimComplete.runs.map((x, i) => x / (floor.runs[i] as number));
-    const spread = { median: median(perRep), min: Math.min(...perRep), max: Math.max(...perRep) };
-    return [`${r.size} ${ratioCell(spread)}`];
+    return [`${r.size} ${ratioCell(spread(perRep))}`];
   });
   if (floorsAgainstEachOther.length > 0) {
     console.log(

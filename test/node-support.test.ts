@@ -10,7 +10,7 @@ import {
 import { createTestEnvelope } from '../src/consumer/testing.js';
 import { runCli } from './support/cli.js';
 import { tempDir } from './support/harness.js';
-import { jsonLines } from './support/records.js';
+import { jsonLines, writeJsonl } from './support/records.js';
 
 describe('nodeEndOfLife', () => {
   it('names the end of life of a Node line once it has passed, from that day on', () => {
@@ -58,8 +58,7 @@ describe('partner-events run on a Node past its end of life', () => {
   afterEach(() => dir.cleanup());
 
   it('warns once at start with the version and the date, exactly when this Node is past it', async () => {
-    const input = join(dir.path, 'events.jsonl');
-    writeFileSync(input, `${createTestEnvelope('daily.data.steps.created').raw}\n`);
+    const input = writeJsonl(dir.path, 'events.jsonl', [createTestEnvelope('daily.data.steps.created').raw]);
     const handlers = join(dir.path, 'handlers.mjs');
     writeFileSync(handlers, "export default { 'daily.data.steps.created': () => {} };\n");
     const run = await runCli([

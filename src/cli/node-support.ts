@@ -14,13 +14,18 @@ export function nodeEndOfLife(
   now: Date = new Date(),
 ): string | undefined {
   const date = NODE_END_OF_LIFE[Number.parseInt(version, 10)];
-  return date !== undefined && now.getTime() >= Date.parse(`${date}T00:00:00Z`) ? date : undefined;
+  return date !== undefined && hasEnded(date, now) ? date : undefined;
+}
+
+/** Whether the day `date` (YYYY-MM-DD, UTC) has begun at `now`. */
+function hasEnded(date: string, now: Date): boolean {
+  return now.getTime() >= Date.parse(`${date}T00:00:00Z`);
 }
 
 /** The Node majors of the table still maintained at `now`, newest first (e.g. [24, 22]). */
 export function maintainedNodeLines(now: Date = new Date()): number[] {
   return Object.entries(NODE_END_OF_LIFE)
-    .filter(([, date]) => now.getTime() < Date.parse(`${date}T00:00:00Z`))
+    .filter(([, date]) => !hasEnded(date, now))
     .map(([major]) => Number(major))
     .sort((a, b) => b - a);
 }
