@@ -1,4 +1,3 @@
-import { availableParallelism } from 'node:os';
 import { fileURLToPath } from 'node:url';
 import { defineConfig } from 'vitest/config';
 import { SUBPATHS, specifierOf } from './subpaths.js';
@@ -18,10 +17,6 @@ export default defineConfig({
     include: ['test/**/*.test.ts', 'examples/**/*.test.ts'],
     // Type tests (`*.test-d.ts`) run through tsc: a wrong handler type fails `npm test`.
     typecheck: { enabled: true, include: ['test/**/*.test-d.ts'], tsconfig: './tsconfig.json' },
-    // Vitest's default is one file at a time on 2 cores (cores − 1). Most files wait on child
-    // processes and local servers, not the CPU: two at once ran the suite in 352 s instead of 636
-    // on a 2-vCPU machine (three: 332 s), with every test passing.
-    maxWorkers: Math.max(2, availableParallelism() - 1),
     testTimeout: 20_000,
     hookTimeout: 30_000,
   },
