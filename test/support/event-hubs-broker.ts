@@ -141,7 +141,10 @@ export class EventHubsBroker implements EventHubsTestServer {
     this.partitionIds = this.#addHub(this.hub, options.partitions ?? 2).partitionIds;
     const container = rhea.create_container({ id: 'test-event-hubs-broker' });
     container.sasl_server_mechanisms.enable_anonymous();
-    container.on('connection_open', (ctx: EventContext) => this.#connections.add(ctx.connection));
+    container.on('connection_open', (ctx: EventContext) => {
+      dropFramesOnEndedSessions(ctx.connection);
+      this.#connections.add(ctx.connection);
+    });
     container.on('disconnected', (ctx: EventContext) => this.#dropConnection(ctx.connection));
     container.on('connection_close', (ctx: EventContext) => this.#dropConnection(ctx.connection));
     container.on('sender_open', (ctx: EventContext) => this.#onClientReceiver(ctx.sender as Sender));
@@ -633,6 +636,33 @@ function listening(server: Server): Promise<void> {
     server.once('listening', resolve);
     server.once('error', reject);
   });
+}
+
+/** The part of a rhea connection that routes a session's frames by channel (lib/connection.js). */
+interface FrameRouting {
+  remote_channel_map: Record<number, unknown>;
+  on_disposition(frame: { readonly channel: number }): void;
+  on_flow(frame: { readonly channel: number }): void;
+  on_transfer(frame: { readonly channel: number }): void;
+}
+
+/**
+ * Drops a client's frames for a session this side has already ended, instead of failing the whole
+ * connection. The SDK's rhea still accepts transfers that reach it after it sent its own `end`
+ * (when a reader closes with events in flight), and sends their dispositions after that `end`.
+ * By the time they arrive rhea here has removed the session, throws a ProtocolError and closes
+ * the socket under every other link of the client: the cause of a replay --max test that failed
+ * under load. Nothing such a frame carries matters to a session that is over.
+ */
+function dropFramesOnEndedSessions(connection: Connection): void {
+  const routing = connection as unknown as FrameRouting;
+  for (const name of ['on_disposition', 'on_flow', 'on_transfer'] as const) {
+    const route = routing[name];
+    routing[name] = function (this: FrameRouting, frame) {
+      if (this.remote_channel_map[frame.channel] === undefined) return;
+      route.call(this, frame);
+    };
+  }
 }
 
 /** Whether the broker accepted this connection over its WebSocket listener (it named it so). */
