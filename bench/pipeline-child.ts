@@ -17,6 +17,7 @@ const { values } = parseArgs({
     concurrency: { type: 'string', default: '64' },
     only: { type: 'string' },
     'compare-tracing': { type: 'boolean', default: false },
+    prefill: { type: 'string', default: '0' },
   },
 });
 
@@ -29,6 +30,7 @@ const result = await runPipelineSize({
   concurrency: Number(values.concurrency),
   only,
   compareTracing: values['compare-tracing'],
+  prefill: Number(values.prefill),
 });
 
 if (process.send) {

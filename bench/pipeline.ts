@@ -3,7 +3,7 @@
  * handler) beside a "floor": a bare loop doing the same work with nothing around it.
  */
 import { createHmac, createSecretKey, timingSafeEqual } from 'node:crypto';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { copyFileSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createMemorySource } from '../adapters/memory/index.js';
@@ -13,7 +13,7 @@ import { silentLogger } from '../src/core/logger.js';
 import { createSqliteDedupe } from '../src/dedupe/sqlite.js';
 import { EVENT_TYPE, makeEnvelopes, OUR_SECRET, sizeByLabel } from './fixtures.js';
 import { median, repetitionOrder } from './stats.js';
-import { openStoreFileBare } from './store-file.js';
+import { openStoreFileBare, prefilledStoreFile } from './store-file.js';
 
 export interface PipelineSizeOptions {
   readonly size: string;
@@ -27,6 +27,11 @@ export interface PipelineSizeOptions {
   readonly only?: 'pipeline' | 'floor' | undefined;
   /** Also run the pipeline with `tracing: false` in each repetition (the cost of the tracing code). */
   readonly compareTracing?: boolean;
+  /**
+   * Start every run (pipeline and floors) on a copy of one file already holding this many done
+   * events, as a worker's file does after days of its retention, instead of an empty one.
+   */
+  readonly prefill?: number;
 }
 
 export interface RunSeries {
@@ -131,9 +136,11 @@ export async function runPipelineOnce(
   concurrency: number,
   peak?: Peak,
   tracing = true,
+  template?: string,
 ): Promise<Timed> {
   const dir = freshDir();
   try {
+    if (template) copyFileSync(template, join(dir, 'dedupe.sqlite'));
     const source = createMemorySource({ endWhenEmpty: true });
     for (const raw of raws) source.send(raw);
     const consumer = createConsumer({
@@ -242,9 +249,13 @@ const LEASE_MS = 60_000;
  * - `complete: true` (floor + complete): the store's own statements (SQLITE_STATEMENTS), bare: its
  *   claim (a lease row), then its complete (the lease deleted, the done record written).
  */
-export async function runFloorOnce(raws: readonly string[], options: { complete: boolean }): Promise<Timed> {
+export async function runFloorOnce(
+  raws: readonly string[],
+  options: { complete: boolean; template?: string | undefined },
+): Promise<Timed> {
   const dir = freshDir();
   try {
+    if (options.template) copyFileSync(options.template, join(dir, 'floor.sqlite'));
     const { db, claim, endLease, recordDone } = await openStoreFileBare(join(dir, 'floor.sqlite'));
     const insert = db.prepare('INSERT INTO dedupe (event_id, done, token, expires_at) VALUES (?, 0, ?, ?)');
     const insertBatch = db.transaction((ids: string[], tokens: string[], now: number) => {
@@ -332,16 +343,34 @@ export async function runPipelineSize(options: PipelineSizeOptions): Promise<Pip
   const size = sizeByLabel(options.size);
   const raws = makeEnvelopes(size.bytes, options.n);
   const inputBytes = raws.reduce((sum, r) => sum + r.length, 0);
+
+  const templateDir = options.prefill ? freshDir() : undefined;
+  const template = templateDir ? join(templateDir, 'prefilled.sqlite') : undefined;
+  if (template) await prefilledStoreFile(template, options.prefill ?? 0);
+  try {
+    return await runSides(options, raws, inputBytes, template);
+  } finally {
+    if (templateDir) rmSync(templateDir, { recursive: true, force: true });
+  }
+}
+
+/** `runPipelineSize` once its inputs (and the prefilled file) are ready. */
+async function runSides(
+  options: PipelineSizeOptions,
+  raws: readonly string[],
+  inputBytes: number,
+  template: string | undefined,
+): Promise<PipelineSizeResult> {
+  const size = sizeByLabel(options.size);
   const doPipeline = options.only !== 'floor';
   const doFloor = options.only !== 'pipeline';
-
   gc();
   const before = process.memoryUsage();
   const warmRaws = raws.slice(0, Math.min(options.warmupN, raws.length));
-  if (doPipeline) await runPipelineOnce(warmRaws, options.concurrency);
+  if (doPipeline) await runPipelineOnce(warmRaws, options.concurrency, undefined, true, template);
   if (doFloor) {
-    await runFloorOnce(warmRaws, { complete: false });
-    await runFloorOnce(warmRaws, { complete: true });
+    await runFloorOnce(warmRaws, { complete: false, template });
+    await runFloorOnce(warmRaws, { complete: true, template });
   }
 
   const peak: Peak = { rss: 0, heapUsed: 0 };
@@ -349,20 +378,25 @@ export async function runPipelineSize(options: PipelineSizeOptions): Promise<Pip
   const floorMs: Timed[] = [];
   const floor2Ms: Timed[] = [];
   const untracedMs: Timed[] = [];
-  if (options.compareTracing) await runPipelineOnce(warmRaws, options.concurrency, undefined, false);
+  if (options.compareTracing)
+    await runPipelineOnce(warmRaws, options.concurrency, undefined, false, template);
   // The sides of one repetition run back to back, in `repetitionOrder` (measured: the floor ran
   // ~15 % slower right after the pipeline than after floor+c).
   const sides: (() => Promise<void>)[] = [];
   if (doPipeline)
-    sides.push(async () => void pipelineMs.push(await runPipelineOnce(raws, options.concurrency, peak)));
+    sides.push(
+      async () =>
+        void pipelineMs.push(await runPipelineOnce(raws, options.concurrency, peak, true, template)),
+    );
   if (options.compareTracing) {
     sides.push(
-      async () => void untracedMs.push(await runPipelineOnce(raws, options.concurrency, undefined, false)),
+      async () =>
+        void untracedMs.push(await runPipelineOnce(raws, options.concurrency, undefined, false, template)),
     );
   }
   if (doFloor) {
-    sides.push(async () => void floorMs.push(await runFloorOnce(raws, { complete: false })));
-    sides.push(async () => void floor2Ms.push(await runFloorOnce(raws, { complete: true })));
+    sides.push(async () => void floorMs.push(await runFloorOnce(raws, { complete: false, template })));
+    sides.push(async () => void floor2Ms.push(await runFloorOnce(raws, { complete: true, template })));
   }
   for (let r = 0; r < options.reps; r++) {
     for (const side of repetitionOrder(sides, r)) await side();

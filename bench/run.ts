@@ -4,7 +4,8 @@
  *   (a) verify step alone: `verifyMessage` beside Stripe's `constructEvent` and svix's `verify`
  *       on the same body bytes (300 B, 2 KB, 64 KB);
  *   (b) the whole in-process pipeline (MemorySource → Consumer → SQLite dedupe → no-op handler)
- *       beside a bare-loop floor doing the same work, with memory figures;
+ *       beside a bare-loop floor doing the same work, with memory figures, and once more at 300 B
+ *       on a file already holding 500,000 done events (as after a week of a worker's retention);
  *   (c) the dedupe stores alone;
  *   (d) the sidecar: `partner-events run --forward` to an app in its own process, from a file and
  *       from the HTTP ingress, beside floors doing the same operations bare (bench/sidecar.ts);
@@ -147,8 +148,31 @@ if (runVerify) {
   );
 }
 
+/** Runs section (b) for one size in its own process (bench/pipeline-child.ts). */
+function runPipelineChild(args: readonly string[]): Promise<PipelineSizeResult> {
+  const childPath = fileURLToPath(new URL('./pipeline-child.ts', import.meta.url));
+  return new Promise<PipelineSizeResult>((resolve, reject) => {
+    const child = fork(childPath, [...args], {
+      execArgv: [...process.execArgv, '--expose-gc'],
+      stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+    });
+    let got: PipelineSizeResult | undefined;
+    child.on('message', (m) => {
+      got = m as PipelineSizeResult;
+    });
+    child.on('error', reject);
+    child.on('exit', (code) => {
+      if (got) resolve(got);
+      else reject(new Error(`pipeline bench (${args.join(' ')}) exited with code ${code} and no result`));
+    });
+  });
+}
+
 // ── (b) pipeline vs floor ───────────────────────────────────────────────────────────────────────
 const pipelineResults: PipelineSizeResult[] = [];
+/** Done events already in the file of the pipeline's aged-table line. */
+const AGED_TABLE_ROWS = 500_000;
+let agedTable: PipelineSizeResult | undefined;
 if (runPipeline) {
   console.log(
     `\n(b) Whole pipeline vs floor — events/s, median of the repetitions, fresh temp dir per run, concurrency ${CONCURRENCY}`,
@@ -165,39 +189,23 @@ if (runPipeline) {
   console.log(
     "    floor+c  = floor with the store's own claim and complete statements instead of the INSERT (SQLITE_STATEMENTS)",
   );
-  const childPath = fileURLToPath(new URL('./pipeline-child.ts', import.meta.url));
   for (const size of SIZES) {
     if (sizes && !sizes.includes(size.label)) continue;
     const plan = pipelinePlan[size.label] as { n: number; warmup: number; reps: number };
-    const result = await new Promise<PipelineSizeResult>((resolve, reject) => {
-      const child = fork(
-        childPath,
-        [
-          '--size',
-          size.label,
-          '--n',
-          String(plan.n),
-          '--reps',
-          String(plan.reps),
-          '--warmup',
-          String(plan.warmup),
-          '--concurrency',
-          String(CONCURRENCY),
-          // The tracing code's cost (OpenTelemetry API installed, no SDK): issue 16's 300 B row.
-          ...(size.label === '300 B' ? ['--compare-tracing'] : []),
-        ],
-        { execArgv: [...process.execArgv, '--expose-gc'], stdio: ['ignore', 'inherit', 'inherit', 'ipc'] },
-      );
-      let got: PipelineSizeResult | undefined;
-      child.on('message', (m) => {
-        got = m as PipelineSizeResult;
-      });
-      child.on('error', reject);
-      child.on('exit', (code) => {
-        if (got) resolve(got);
-        else reject(new Error(`pipeline bench for ${size.label} exited with code ${code} and no result`));
-      });
-    });
+    const result = await runPipelineChild([
+      '--size',
+      size.label,
+      '--n',
+      String(plan.n),
+      '--reps',
+      String(plan.reps),
+      '--warmup',
+      String(plan.warmup),
+      '--concurrency',
+      String(CONCURRENCY),
+      // The tracing code's cost (OpenTelemetry API installed, no SDK): issue 16's 300 B row.
+      ...(size.label === '300 B' ? ['--compare-tracing'] : []),
+    ]);
     pipelineResults.push(result);
   }
   const ev = (s: RunSeries | null) => (s ? fmtInt(s.eventsPerSec) : '—');
@@ -318,6 +326,31 @@ if (runPipeline) {
     '    heap per in-flight event: concurrency events held in their handler, full GC, minus the same consumer idle, ÷ concurrency',
   );
   console.log(table(mrows));
+
+  // Later in a worker's life: its file holds a retention's worth of done events, and each random
+  // event id walks a deeper B-tree (docs/performance.md, SQLite dedupe). No goal: a reading.
+  if (!quick && (!sizes || sizes.includes('300 B'))) {
+    agedTable = await runPipelineChild([
+      '--size',
+      '300 B',
+      '--n',
+      '20000',
+      '--reps',
+      '4',
+      '--warmup',
+      '3000',
+      '--concurrency',
+      String(CONCURRENCY),
+      '--prefill',
+      String(AGED_TABLE_ROWS),
+    ]);
+    const q = agedTable.ratios;
+    console.log(
+      `\n    On a file already holding ${fmtInt(AGED_TABLE_ROWS)} done events (a copy per run), 300 B, median of ${agedTable.reps}: ` +
+        `pipeline ${ev(agedTable.pipeline)} ev/s, floor ${ev(agedTable.floor)}, floor+c ${ev(agedTable.floorClaimComplete)}; ` +
+        `÷ floor ${q ? ratioCell(q.floor.wall) : '—'}, ÷ floor+c ${q ? ratioCell(q.floorClaimComplete.wall) : '—'}`,
+    );
+  }
 }
 
 // ── (c) dedupe stores alone ─────────────────────────────────────────────────────────────────────
@@ -544,5 +577,22 @@ console.log(
         envelopeBytes: r.memory.envelopeBytes,
       },
     })),
+    pipelineOnAgedTable: agedTable
+      ? {
+          doneEventsAlready: AGED_TABLE_ROWS,
+          size: agedTable.size,
+          n: agedTable.n,
+          reps: agedTable.reps,
+          pipeline: seriesJson(agedTable.pipeline),
+          floor: seriesJson(agedTable.floor),
+          floorClaimComplete: seriesJson(agedTable.floorClaimComplete),
+          ratios: agedTable.ratios
+            ? {
+                floorWall: ratioJson(agedTable.ratios.floor.wall),
+                floorClaimCompleteWall: ratioJson(agedTable.ratios.floorClaimComplete.wall),
+              }
+            : null,
+        }
+      : null,
   }),
 );

@@ -15,7 +15,7 @@ import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import Database from '../src/core/sqlite-driver.js';
 import { median, repetitionOrder, table } from './stats.js';
-import { openStoreFileBare } from './store-file.js';
+import { fillDoneEvents, openStoreFileBare } from './store-file.js';
 
 const { values } = parseArgs({
   options: {
@@ -31,7 +31,6 @@ const PAGE_SIZES = [1024, 4096] as const;
 const BATCH = 64;
 const LEASE_MS = 60_000;
 const RETENTION_MS = 7 * 86_400_000;
-const PREFILL_TX = 50_000;
 
 interface Timed {
   readonly wallUs: number;
@@ -49,17 +48,7 @@ async function preparedFile(dir: string, pageSize: number, rows: number) {
   first.exec('CREATE TABLE page_size_fixed (x)');
   first.close();
   const store = await openStoreFileBare(path);
-  const insert = store.db.prepare(
-    "INSERT INTO dedupe (event_id, done, token, expires_at, claims) VALUES (?, 1, '', ?, 1)",
-  );
-  const expiresAt = Date.now() + RETENTION_MS;
-  for (let done = 0; done < rows; done += PREFILL_TX) {
-    const n = Math.min(PREFILL_TX, rows - done);
-    store.db.transaction(() => {
-      for (let i = 0; i < n; i++) insert.run(`evt_${randomUUID()}`, expiresAt);
-    })();
-  }
-  store.db.pragma('wal_checkpoint(TRUNCATE)');
+  fillDoneEvents(store.db, rows);
   return { ...store, path };
 }
 

@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import Database from '../src/core/sqlite-driver.js';
 import { createSqliteDedupe, SQLITE_STATEMENTS } from '../src/dedupe/sqlite.js';
 
@@ -19,4 +20,35 @@ export async function openStoreFileBare(path: string) {
     endLease: db.prepare(SQLITE_STATEMENTS.endLease),
     recordDone: db.prepare(SQLITE_STATEMENTS.recordDone),
   };
+}
+
+const RETENTION_MS = 7 * 86_400_000;
+const FILL_TX = 50_000;
+
+/**
+ * Adds `rows` done events with random ids (expiring in a week) to a store file opened bare, then
+ * checkpoints the WAL into the file: what a worker's file holds after days of its retention.
+ */
+export function fillDoneEvents(db: Database.Database, rows: number): void {
+  const insert = db.prepare(
+    "INSERT INTO dedupe (event_id, done, token, expires_at, claims) VALUES (?, 1, '', ?, 1)",
+  );
+  const expiresAt = Date.now() + RETENTION_MS;
+  for (let done = 0; done < rows; done += FILL_TX) {
+    const n = Math.min(FILL_TX, rows - done);
+    db.transaction(() => {
+      for (let i = 0; i < n; i++) insert.run(`evt_${randomUUID()}`, expiresAt);
+    })();
+  }
+  db.pragma('wal_checkpoint(TRUNCATE)');
+}
+
+/** A store file (made by the store: its tables, pragmas and page size) holding `rows` done events. */
+export async function prefilledStoreFile(path: string, rows: number): Promise<void> {
+  const { db } = await openStoreFileBare(path);
+  try {
+    fillDoneEvents(db, rows);
+  } finally {
+    db.close();
+  }
 }
