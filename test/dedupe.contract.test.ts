@@ -388,10 +388,10 @@ describe('SqliteDedupeStore only', () => {
   let dir: string;
   let path: string;
   let t: number;
-  const open = (extra: { busyTimeoutMs?: number } = {}) =>
+  const open = (extra: { busyTimeoutMs?: number; path?: string } = {}) =>
     createSqliteDedupe({ path, now: () => t, ...extra });
   const opened: SqliteDedupeStore[] = [];
-  const openTracked = (extra: { busyTimeoutMs?: number } = {}) => {
+  const openTracked = (extra: { busyTimeoutMs?: number; path?: string } = {}) => {
     const s = open(extra);
     opened.push(s);
     return s;
@@ -504,6 +504,33 @@ describe('SqliteDedupeStore only', () => {
     expect(await second.claim('leased-1', LEASE)).toEqual({ status: 'in_progress', retryAfterMs: LEASE });
     // The token is data in the file: a restarted worker holding it could still complete.
     expect(await second.complete('leased-1', leased, RETENTION)).toBe(true);
+  });
+
+  it('a new file gets 4 KiB pages; a file made with 1 KiB pages keeps them, and its rows', async () => {
+    const pageSize = (file: string) => {
+      const reader = new Database(file, { readonly: true });
+      try {
+        return reader.pragma('page_size', { simple: true }) as number;
+      } finally {
+        reader.close();
+      }
+    };
+    const fresh = openTracked();
+    await fresh.complete('done-1', token(await fresh.claim('done-1', LEASE)), RETENTION);
+    expect(pageSize(path)).toBe(4096);
+
+    // A file of a pre-release, whose page size was fixed at 1 KiB by its first write.
+    const older = join(dir, 'older.db');
+    const made = new Database(older);
+    made.pragma('page_size = 1024');
+    made.exec('CREATE TABLE page_size_fixed (x)');
+    made.close();
+    const first = open({ path: older });
+    await first.complete('done-2', token(await first.claim('done-2', LEASE)), RETENTION);
+    await first.close();
+    const reopened = openTracked({ path: older });
+    expect(await reopened.claim('done-2', LEASE)).toEqual({ status: 'duplicate' });
+    expect(pageSize(older)).toBe(1024);
   });
 
   it('a file from before claims were counted gets the column, and keeps its rows', async () => {
