@@ -213,7 +213,7 @@ function openDatabase(options: SqliteDedupeOptions): Database.Database {
     const busyTimeoutMs = options.busyTimeoutMs ?? 5000;
     db.pragma(`busy_timeout = ${busyTimeoutMs}`);
     // SQLite's own default, set for new files (an existing file keeps its size). 1 KiB pages cost
-    // as much per event on a new file and 1.2-1.3x more once the table holds a retention's worth
+    // as much per event on a new file and 1.2-1.4x more once the table holds a retention's worth
     // of done events: a deeper B-tree for each random event id (bench/sqlite-table-size.ts).
     db.pragma('page_size = 4096');
     enableWal(db, busyTimeoutMs);
