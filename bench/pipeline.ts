@@ -11,7 +11,8 @@ import { createConsumer } from '../src/consumer/consumer.js';
 import { type EventType, eventSchemas } from '../src/core/events/schemas.js';
 import { silentLogger } from '../src/core/logger.js';
 import { createSqliteDedupe } from '../src/dedupe/sqlite.js';
-import { EVENT_TYPE, makeEnvelopes, OUR_SECRET, sizeByLabel } from './fixtures.js';
+import { DEFAULT_RETENTION_MS } from '../src/dedupe/types.js';
+import { EVENT_TYPE, makeEnvelopes, OUR_SECRET, type SIZES, sizeByLabel } from './fixtures.js';
 import { median, repetitionOrder } from './stats.js';
 import { openStoreFileBare, prefilledStoreFile } from './store-file.js';
 
@@ -134,10 +135,16 @@ function sampleMemory(peak: Peak): () => void {
 export async function runPipelineOnce(
   raws: readonly string[],
   concurrency: number,
-  peak?: Peak,
-  tracing = true,
-  template?: string,
+  options: {
+    /** Memory peaks of the run, sampled. */
+    readonly peak?: Peak | undefined;
+    /** Default true. */
+    readonly tracing?: boolean;
+    /** A store file to start from (a copy), instead of an empty one. */
+    readonly template?: string | undefined;
+  } = {},
 ): Promise<Timed> {
+  const { peak, tracing = true, template } = options;
   const dir = freshDir();
   try {
     if (template) copyFileSync(template, join(dir, 'dedupe.sqlite'));
@@ -256,22 +263,10 @@ export async function runFloorOnce(
   const dir = freshDir();
   try {
     if (options.template) copyFileSync(options.template, join(dir, 'floor.sqlite'));
-    const { db, claim, endLease, recordDone } = await openStoreFileBare(join(dir, 'floor.sqlite'));
+    const { db, claimBatch, completeBatch } = await openStoreFileBare(join(dir, 'floor.sqlite'));
     const insert = db.prepare('INSERT INTO dedupe (event_id, done, token, expires_at) VALUES (?, 0, ?, ?)');
     const insertBatch = db.transaction((ids: string[], tokens: string[], now: number) => {
       for (let i = 0; i < ids.length; i++) insert.run(ids[i], tokens[i], now + LEASE_MS);
-    });
-    const claimBatch = db.transaction((ids: string[], tokens: string[], now: number) => {
-      for (let i = 0; i < ids.length; i++) {
-        const id = ids[i] as string;
-        if (claim.run(id, tokens[i], now + LEASE_MS, id, now).changes !== 1) throw new Error('claim missed');
-      }
-    });
-    const completeBatch = db.transaction((ids: string[], tokens: string[], expiresAt: number) => {
-      for (let i = 0; i < ids.length; i++) {
-        if (endLease.run(ids[i], tokens[i]).changes !== 1) throw new Error('complete missed');
-        recordDone.run(ids[i], expiresAt);
-      }
     });
     const key = createSecretKey(Buffer.from(OUR_SECRET, 'utf8'));
     const tokenPrefix = `${process.pid}.floor.`;
@@ -282,7 +277,7 @@ export async function runFloorOnce(
       const now = Date.now();
       if (options.complete) {
         claimBatch.immediate(ids, tokens, now);
-        completeBatch.immediate(ids, tokens, now + 7 * 24 * 3600_000);
+        completeBatch.immediate(ids, tokens, now + DEFAULT_RETENTION_MS);
       } else {
         insertBatch.immediate(ids, tokens, now);
       }
@@ -348,7 +343,7 @@ export async function runPipelineSize(options: PipelineSizeOptions): Promise<Pip
   const template = templateDir ? join(templateDir, 'prefilled.sqlite') : undefined;
   if (template) await prefilledStoreFile(template, options.prefill ?? 0);
   try {
-    return await runSides(options, raws, inputBytes, template);
+    return await runSides(options, size, raws, inputBytes, template);
   } finally {
     if (templateDir) rmSync(templateDir, { recursive: true, force: true });
   }
@@ -357,17 +352,17 @@ export async function runPipelineSize(options: PipelineSizeOptions): Promise<Pip
 /** `runPipelineSize` once its inputs (and the prefilled file) are ready. */
 async function runSides(
   options: PipelineSizeOptions,
+  size: (typeof SIZES)[number],
   raws: readonly string[],
   inputBytes: number,
   template: string | undefined,
 ): Promise<PipelineSizeResult> {
-  const size = sizeByLabel(options.size);
   const doPipeline = options.only !== 'floor';
   const doFloor = options.only !== 'pipeline';
   gc();
   const before = process.memoryUsage();
   const warmRaws = raws.slice(0, Math.min(options.warmupN, raws.length));
-  if (doPipeline) await runPipelineOnce(warmRaws, options.concurrency, undefined, true, template);
+  if (doPipeline) await runPipelineOnce(warmRaws, options.concurrency, { template });
   if (doFloor) {
     await runFloorOnce(warmRaws, { complete: false, template });
     await runFloorOnce(warmRaws, { complete: true, template });
@@ -379,19 +374,18 @@ async function runSides(
   const floor2Ms: Timed[] = [];
   const untracedMs: Timed[] = [];
   if (options.compareTracing)
-    await runPipelineOnce(warmRaws, options.concurrency, undefined, false, template);
+    await runPipelineOnce(warmRaws, options.concurrency, { tracing: false, template });
   // The sides of one repetition run back to back, in `repetitionOrder` (measured: the floor ran
   // ~15 % slower right after the pipeline than after floor+c).
   const sides: (() => Promise<void>)[] = [];
   if (doPipeline)
     sides.push(
-      async () =>
-        void pipelineMs.push(await runPipelineOnce(raws, options.concurrency, peak, true, template)),
+      async () => void pipelineMs.push(await runPipelineOnce(raws, options.concurrency, { peak, template })),
     );
   if (options.compareTracing) {
     sides.push(
       async () =>
-        void untracedMs.push(await runPipelineOnce(raws, options.concurrency, undefined, false, template)),
+        void untracedMs.push(await runPipelineOnce(raws, options.concurrency, { tracing: false, template })),
     );
   }
   if (doFloor) {

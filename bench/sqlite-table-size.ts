@@ -13,7 +13,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import Database from '../src/core/sqlite-driver.js';
+import { DEFAULT_RETENTION_MS } from '../src/dedupe/types.js';
 import { median, repetitionOrder, table } from './stats.js';
 import { fillDoneEvents, openStoreFileBare } from './store-file.js';
 
@@ -29,53 +29,28 @@ const EVENTS = Number(values.events);
 const REPS = Number(values.reps);
 const PAGE_SIZES = [1024, 4096] as const;
 const BATCH = 64;
-const LEASE_MS = 60_000;
-const RETENTION_MS = 7 * 86_400_000;
 
 interface Timed {
   readonly wallUs: number;
   readonly cpuUs: number;
 }
 
-/**
- * A file with `pageSize` pages made by the store (its tables, index and pragmas: the page size is
- * fixed by the first write, so an empty table made first keeps it), `rows` done events in it.
- */
-async function preparedFile(dir: string, pageSize: number, rows: number) {
-  const path = join(dir, `dedupe-${pageSize}-${rows}.sqlite`);
-  const first = new Database(path);
-  first.pragma(`page_size = ${pageSize}`);
-  first.exec('CREATE TABLE page_size_fixed (x)');
-  first.close();
-  const store = await openStoreFileBare(path);
-  fillDoneEvents(store.db, rows);
-  return { ...store, path };
-}
-
 /** `EVENTS` first deliveries through claim and complete, 64 per transaction each. */
 async function runOnce(dir: string, pageSize: number, rows: number): Promise<Timed> {
-  const { db, claim, endLease, recordDone, path } = await preparedFile(dir, pageSize, rows);
+  const path = join(dir, `dedupe-${pageSize}-${rows}.sqlite`);
+  const { db, claimBatch, completeBatch } = await openStoreFileBare(path, { pageSize });
+  fillDoneEvents(db, rows);
   try {
     const ids = Array.from({ length: EVENTS }, () => `evt_${randomUUID()}`);
-    const token = 'bench-token';
-    const claimBatch = db.transaction((batch: readonly string[], now: number) => {
-      for (const id of batch) {
-        if (claim.run(id, token, now + LEASE_MS, id, now).changes !== 1) throw new Error('claim missed');
-      }
-    });
-    const completeBatch = db.transaction((batch: readonly string[], expiresAt: number) => {
-      for (const id of batch) {
-        if (endLease.run(id, token).changes !== 1) throw new Error('complete missed');
-        recordDone.run(id, expiresAt);
-      }
-    });
+    const tokens = ids.map(() => 'bench-token');
     const cpu = process.cpuUsage();
     const started = performance.now();
     for (let i = 0; i < EVENTS; i += BATCH) {
       const batch = ids.slice(i, i + BATCH);
       const now = Date.now();
-      claimBatch.immediate(batch, now);
-      completeBatch.immediate(batch, now + RETENTION_MS);
+      const batchTokens = tokens.slice(i, i + BATCH);
+      claimBatch.immediate(batch, batchTokens, now);
+      completeBatch.immediate(batch, batchTokens, now + DEFAULT_RETENTION_MS);
     }
     const wallUs = ((performance.now() - started) * 1000) / EVENTS;
     const used = process.cpuUsage(cpu);

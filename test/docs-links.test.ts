@@ -21,9 +21,14 @@ function markdownFiles(dir: string): string[] {
   });
 }
 
+/** The text outside fenced code blocks. */
+function withoutFences(markdown: string): string {
+  return markdown.replace(/^(```|~~~)[^\n]*\n[\s\S]*?^\1[^\n]*$/gm, '');
+}
+
 /** The text outside fenced code blocks and inline code spans: what GitHub renders as Markdown. */
 function prose(markdown: string): string {
-  return markdown.replace(/^(```|~~~)[^\n]*\n[\s\S]*?^\1[^\n]*$/gm, '').replace(/`[^`\n]*`/g, '');
+  return withoutFences(markdown).replace(/`[^`\n]*`/g, '');
 }
 
 /** The heading text GitHub slugs: inline code keeps its text, a link keeps its label. */
@@ -40,7 +45,7 @@ const anchorCache = new Map<string, ReadonlySet<string>>();
 function anchorsOf(file: string): ReadonlySet<string> {
   const cached = anchorCache.get(file);
   if (cached) return cached;
-  const text = readFileSync(file, 'utf8').replace(/^(```|~~~)[^\n]*\n[\s\S]*?^\1[^\n]*$/gm, '');
+  const text = withoutFences(readFileSync(file, 'utf8'));
   const slugger = new GithubSlugger();
   const anchors = new Set<string>();
   for (const match of text.matchAll(/^#{1,6}[ \t]+(.+?)[ \t#]*$/gm)) {
