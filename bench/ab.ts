@@ -2,7 +2,7 @@
  * Compares the pipeline of this tree with the pipeline of another checkout (a change against its
  * parent, say) in ONE process: both trees' `runPipelineOnce` are imported side by side and run in
  * turn with both floors, the order reversed every other repetition. On a shared machine the speed
- * drifts by ±15 % between runs (docs/performance.md, "Another host"), so two trees measured in two
+ * drifts by ±15 % between runs (docs/performance-log.md, "Another host"), so two trees measured in two
  * processes, minutes apart, cannot tell a 3 % change; paired runs seconds apart can.
  *
  *   git worktree add /tmp/before HEAD~1 && ln -s "$PWD/node_modules" /tmp/before/node_modules

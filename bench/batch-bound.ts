@@ -1,6 +1,6 @@
 /**
  * How close to the floor a consumer built another way could get: the least machinery a
- * batch-at-a-time consumer would have (docs/performance.md, "A receive as one batch").
+ * batch-at-a-time consumer would have (docs/performance-log.md, "A receive as one batch").
  *
  * Per receive of 64 messages from the memory source: verify each (`verifyMessage`), claim all in
  * ONE transaction of the store's own claim statement, validate each body and call a no-op

@@ -87,7 +87,7 @@ const pipelinePlan: Record<string, { n: number; warmup: number; reps: number }> 
       '300 B': { n: 20_000, warmup: 4000, reps: 8 },
       '2 KB': { n: 10_000, warmup: 3000, reps: 8 },
       // 64 KB: runs of 1,000 events (~0.6 s) after 250 warm-up events left ratios 0.70–1.06 apart
-      // between single runs; 2,000 after 500 narrowed them (docs/performance.md).
+      // between single runs; 2,000 after 500 narrowed them (docs/performance-log.md).
       '64 KB': { n: 2000, warmup: 500, reps: 8 },
     };
 const CONCURRENCY = 64;

@@ -11,7 +11,7 @@ export function median(values: readonly number[]): number {
 
 /**
  * The sides of repetition `r` in the order to run them: as given, reversed every other
- * repetition. A run is slower right after some runs than after others (docs/performance.md,
+ * repetition. A run is slower right after some runs than after others (docs/performance-log.md,
  * "Another host"), so a fixed order would bias every ratio taken between the sides.
  */
 export function repetitionOrder<T>(sides: readonly T[], r: number): readonly T[] {

@@ -9,7 +9,7 @@ import { redactUrl } from './redact.js';
  * operator. What the answer means is `classifyAnswer` (http-answer.ts).
  *
  * A pool, not `fetch`: `fetch` costs ~250 µs of CPU per request in its own machinery, a pool's
- * `request` ~20 µs (docs/performance.md).
+ * `request` ~20 µs (docs/performance-log.md, "Which HTTP client").
  */
 
 export interface HttpHandoffOptions {

@@ -11,7 +11,7 @@ export interface LuaScript {
 /**
  * A pipeline is sent once it holds this many calls, without waiting for the turn to end: Redis
  * runs the first calls while this process still verifies the rest of a large receive, and their
- * replies come back while it does. Measured at 64 in flight (docs/performance.md, "The Redis
+ * replies come back while it does. Measured at 64 in flight (docs/performance-log.md, "The Redis
  * path"): 8, 32 and 64 per pipeline gave 39.8k, 42–46k and 30k events/s.
  */
 export const MAX_CALLS_PER_PIPELINE = 32;
@@ -28,7 +28,7 @@ interface PendingCall {
  * several of `MAX_CALLS_PER_PIPELINE`, the first sent as soon as it is full): one write and one
  * read on the connection, one promise from ioredis for the whole batch. Through
  * auto-pipelining each call is a command of its own, with its own promises: measured 3–4 µs of
- * CPU more per claim + complete pair at 64 in flight (docs/performance.md, "The Redis path").
+ * CPU more per claim + complete pair at 64 in flight (docs/performance-log.md, "The Redis path").
  * One Redis only: on a cluster a pipeline must stay on one node, so a cluster keeps
  * auto-pipelining (which groups by node).
  *

@@ -225,7 +225,7 @@ function openDatabase(options: SqliteDedupeOptions): Database.Database {
     // Done events live in `dedupe` (large: days of events); leases in `leases` (small: what is
     // in flight, and abandoned claims for a day). A claim writes a page of the small table, so
     // each event dirties one page of the large one (its done record) instead of two: the
-    // commits write about half the pages (docs/performance.md).
+    // commits write about half the pages (docs/performance-log.md, SQLite dedupe).
     db.exec(`
       CREATE TABLE IF NOT EXISTS dedupe (
         event_id   TEXT PRIMARY KEY,
