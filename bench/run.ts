@@ -76,7 +76,31 @@ const verifyOptions = quick
   : { warmupMs: 200, rounds: 8, roundMs: 120, pool: 64 };
 
 /** Events per timed run, per size; fewer for 64 KB bodies (memory, and each costs ~100×). */
-const pipelinePlan: Record<string, { n: number; warmup: number; reps: number }> = quick
+interface PipelinePlan {
+  readonly n: number;
+  readonly warmup: number;
+  readonly reps: number;
+}
+
+/** The arguments of `bench/pipeline-child.ts` for one size and plan, at the bench's concurrency. */
+function pipelineChildArgs(size: string, plan: PipelinePlan, extra: readonly string[]): string[] {
+  const { n, reps, warmup } = plan;
+  return [
+    '--size',
+    size,
+    '--n',
+    String(n),
+    '--reps',
+    String(reps),
+    '--warmup',
+    String(warmup),
+    '--concurrency',
+    String(CONCURRENCY),
+    ...extra,
+  ];
+}
+
+const pipelinePlan: Record<string, PipelinePlan> = quick
   ? {
       '300 B': { n: 3000, warmup: 1000, reps: 1 },
       '2 KB': { n: 3000, warmup: 1000, reps: 1 },
@@ -191,21 +215,15 @@ if (runPipeline) {
   );
   for (const size of SIZES) {
     if (sizes && !sizes.includes(size.label)) continue;
-    const plan = pipelinePlan[size.label] as { n: number; warmup: number; reps: number };
-    const result = await runPipelineChild([
-      '--size',
-      size.label,
-      '--n',
-      String(plan.n),
-      '--reps',
-      String(plan.reps),
-      '--warmup',
-      String(plan.warmup),
-      '--concurrency',
-      String(CONCURRENCY),
-      // The tracing code's cost (OpenTelemetry API installed, no SDK): issue 16's 300 B row.
-      ...(size.label === '300 B' ? ['--compare-tracing'] : []),
-    ]);
+    const plan = pipelinePlan[size.label] as PipelinePlan;
+    const result = await runPipelineChild(
+      pipelineChildArgs(
+        size.label,
+        plan,
+        // The tracing code's cost (OpenTelemetry API installed, no SDK): issue 16's 300 B row.
+        size.label === '300 B' ? ['--compare-tracing'] : [],
+      ),
+    );
     pipelineResults.push(result);
   }
   const ev = (s: RunSeries | null) => (s ? fmtInt(s.eventsPerSec) : '—');
@@ -330,20 +348,12 @@ if (runPipeline) {
   // Later in a worker's life: its file holds a retention's worth of done events, and each random
   // event id walks a deeper B-tree (docs/performance.md, SQLite dedupe). No goal: a reading.
   if (!quick && (!sizes || sizes.includes('300 B'))) {
-    agedTable = await runPipelineChild([
-      '--size',
-      '300 B',
-      '--n',
-      '20000',
-      '--reps',
-      '4',
-      '--warmup',
-      '3000',
-      '--concurrency',
-      String(CONCURRENCY),
-      '--prefill',
-      String(AGED_TABLE_ROWS),
-    ]);
+    agedTable = await runPipelineChild(
+      pipelineChildArgs('300 B', { n: 20_000, warmup: 3000, reps: 4 }, [
+        '--prefill',
+        String(AGED_TABLE_ROWS),
+      ]),
+    );
     const q = agedTable.ratios;
     console.log(
       `\n    On a file already holding ${fmtInt(AGED_TABLE_ROWS)} done events (a copy per run), 300 B, median of ${agedTable.reps}: ` +
