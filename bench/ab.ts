@@ -2,8 +2,8 @@
  * Compares the pipeline of this tree with the pipeline of another checkout (a change against its
  * parent, say) in ONE process: both trees' `runPipelineOnce` are imported side by side and run in
  * turn with both floors, the order reversed every other repetition. On a shared machine the speed
- * drifts by ±15 % between runs (docs/performance-log.md, "Another host"), so two trees measured in two
- * processes, minutes apart, cannot tell a 3 % change; paired runs seconds apart can.
+ * drifts by ±15 % between runs (docs/performance-log.md, "Another host"), so two trees measured
+ * in two processes, minutes apart, cannot tell a 3 % change; paired runs seconds apart can.
  *
  *   git worktree add /tmp/before HEAD~1 && ln -s "$PWD/node_modules" /tmp/before/node_modules
  *   node --expose-gc --import tsx bench/ab.ts --base /tmp/before [--size 300B] [--n 20000] [--reps 12]

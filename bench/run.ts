@@ -75,7 +75,6 @@ const verifyOptions = quick
   ? { warmupMs: 40, rounds: 3, roundMs: 40, pool: 16 }
   : { warmupMs: 200, rounds: 8, roundMs: 120, pool: 64 };
 
-/** Events per timed run, per size; fewer for 64 KB bodies (memory, and each costs ~100×). */
 interface PipelinePlan {
   readonly n: number;
   readonly warmup: number;
@@ -100,6 +99,7 @@ function pipelineChildArgs(size: string, plan: PipelinePlan, extra: readonly str
   ];
 }
 
+/** Events per timed run, per size; fewer for 64 KB bodies (memory, and each costs ~100×). */
 const pipelinePlan: Record<string, PipelinePlan> = quick
   ? {
       '300 B': { n: 3000, warmup: 1000, reps: 1 },
