@@ -3,9 +3,10 @@
  * 2xx from the URL asked for, nothing else. Real servers on 127.0.0.1, the library through a
  * consumer, the CLI as a child process.
  */
+import type { IncomingMessage } from 'node:http';
 import { type AddressInfo, createServer as createNetServer, type Socket } from 'node:net';
 import { join } from 'node:path';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { createTestEnvelope } from '../src/consumer/testing.js';
 import { ConfigError } from '../src/core/errors.js';
 import { createHttpHandoff, type HttpHandoffFailure } from '../src/core/http-handoff.js';
@@ -417,6 +418,36 @@ describe('forwarding over a keep-alive pool', () => {
       await h.cleanup();
       await refused.close();
       await slow.close();
+      await silent.close();
+    }
+  });
+});
+
+describe("the handler's deadline", () => {
+  it('aborts the POST in flight: the app sees the request closed, and the event is retried as HANDLER_TIMEOUT', async () => {
+    const closed: string[] = [];
+    const silent = await startServer(() => {}); // reads the request, never answers
+    silent.server.on('request', (req: IncomingMessage) =>
+      req.on('close', () => closed.push(String(req.headers['partner-event-id']))),
+    );
+    // The forwarder's own timeout is far away: only the handler's deadline can end the POST.
+    const forward = createForwarder({ url: silent.url, timeoutMs: 60_000 });
+    const h = harness({
+      handlerTimeoutMs: 300,
+      retry: { maxAttempts: 2, baseDelayMs: 60_000, maxDelayMs: 60_000 },
+    });
+    try {
+      h.consumer.on('*', forward);
+      await h.consumer.start();
+      const event = createTestEnvelope('daily.data.steps.created');
+      h.source.send(event.raw);
+      const settled = await h.waitFor((r) => r.eventId === event.eventId);
+      expect(settled.outcome).toMatchObject({ kind: 'retry', code: 'HANDLER_TIMEOUT' });
+      await vi.waitFor(() => expect(closed).toEqual([event.eventId]), { timeout: 5000 });
+    } finally {
+      await h.cleanup();
+      await forward.close();
+      silent.server.closeAllConnections();
       await silent.close();
     }
   });

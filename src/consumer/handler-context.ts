@@ -1,4 +1,5 @@
 import type { Logger } from 'pino';
+import type { AbortSignalLike } from '../core/abort-notice.js';
 import type { RawMessage } from '../core/source-adapter.js';
 import type { VerifiedMessage } from '../core/verify.js';
 import type { HandlerRun } from './handler-run.js';
@@ -39,6 +40,11 @@ class EventContext implements HandlerContext {
     return this.#run.signal;
   }
 
+  /** The run's `notice` (not a member: a handler sees only `HandlerContext`). */
+  static noticeOf(context: EventContext): AbortSignalLike {
+    return context.#run.notice;
+  }
+
   get logger(): Logger {
     this.#logger ??= this.#parent.child({
       event_id: this.eventId,
@@ -47,6 +53,15 @@ class EventContext implements HandlerContext {
     });
     return this.#logger;
   }
+}
+
+/**
+ * Aborts when `context.signal` would, for the kit's own handlers (the forwarder), without making an
+ * AbortSignal for every event (src/core/abort-notice.ts). A context the kit did not make (a test's
+ * own) gives its `signal`.
+ */
+export function abortOf(context: HandlerContext): AbortSignalLike {
+  return context instanceof EventContext ? EventContext.noticeOf(context) : context.signal;
 }
 
 export function handlerContext(

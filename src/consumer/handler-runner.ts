@@ -1,4 +1,5 @@
 import type { Logger } from 'pino';
+import type { AbortSignalLike } from '../core/abort-notice.js';
 import { ABORT_CODES, type AbortCause, type Facts, isAbortCause } from '../core/outcome.js';
 import type { RawMessage } from '../core/source-adapter.js';
 import type { DeliveryTrace, HandlerSpan } from '../core/tracing.js';
@@ -48,7 +49,7 @@ export class HandlerRunner {
     verified: VerifiedMessage,
     message: RawMessage,
     token: string,
-    external: AbortSignal | undefined,
+    external: AbortSignalLike | undefined,
     trace?: DeliveryTrace,
   ): Facts | Promise<Facts> {
     if (this.#aborted || external?.aborted) return { kind: 'handler-aborted', cause: causeOf(external) };
@@ -117,7 +118,7 @@ export class HandlerRunner {
     }
   }
 
-  #done(run: HandlerRun, external: AbortSignal | undefined, onExternal: (() => void) | undefined): void {
+  #done(run: HandlerRun, external: AbortSignalLike | undefined, onExternal: (() => void) | undefined): void {
     this.#keeper.finish(run);
     if (onExternal) external?.removeEventListener('abort', onExternal);
   }
@@ -136,7 +137,7 @@ interface HandlerCalls {
   readonly context: HandlerContext;
   readonly trace: DeliveryTrace | undefined;
   readonly run: HandlerRun;
-  readonly external: AbortSignal | undefined;
+  readonly external: AbortSignalLike | undefined;
   readonly onExternal: (() => void) | undefined;
 }
 
@@ -162,7 +163,7 @@ function isPromiseLike(value: unknown): value is PromiseLike<unknown> {
 }
 
 /** Why an external signal aborted: the typed cause it carries, a shutdown otherwise. */
-function causeOf(external: AbortSignal | undefined): AbortCause {
+function causeOf(external: AbortSignalLike | undefined): AbortCause {
   const reason: unknown = external?.reason;
   return isAbortCause(reason) ? reason : 'shutdown';
 }

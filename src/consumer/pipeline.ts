@@ -1,4 +1,5 @@
 import type { Logger } from 'pino';
+import type { AbortSignalLike } from '../core/abort-notice.js';
 import { errorMessage, VerificationError } from '../core/errors.js';
 import { isKnownEventType, type UnknownEvent } from '../core/events/schemas.js';
 import { validateEvent } from '../core/events/validate.js';
@@ -95,7 +96,11 @@ export class Pipeline {
    * the caller ends it once the outcome is final (after the dead-letter write). Absent: no
    * tracing code runs.
    */
-  async process(message: RawMessage, signal?: AbortSignal, trace?: DeliveryTrace): Promise<ProcessResult> {
+  async process(
+    message: RawMessage,
+    signal?: AbortSignalLike,
+    trace?: DeliveryTrace,
+  ): Promise<ProcessResult> {
     let result: ProcessResult | undefined;
     await this.processBatch(
       [message],
@@ -119,7 +124,7 @@ export class Pipeline {
   async processBatch(
     messages: readonly RawMessage[],
     onResult: (index: number, result: ProcessResult) => void,
-    signals?: readonly (AbortSignal | undefined)[],
+    signals?: readonly (AbortSignalLike | undefined)[],
     traces?: readonly (DeliveryTrace | undefined)[],
   ): Promise<void> {
     const together = this.#claimsTogether;
@@ -275,7 +280,7 @@ export class Pipeline {
     index: number,
     message: RawMessage,
     started: number,
-    signal: AbortSignal | undefined,
+    signal: AbortSignalLike | undefined,
     trace: DeliveryTrace | undefined,
     now: number,
   ): InFlight | ProcessResult {
@@ -449,7 +454,7 @@ class InFlight implements HeldClaim {
   readonly eventId: string;
   readonly message: RawMessage;
   readonly started: number;
-  readonly signal: AbortSignal | undefined;
+  readonly signal: AbortSignalLike | undefined;
   readonly trace: DeliveryTrace | undefined;
   readonly verified: VerifiedMessage;
   readonly handlers: readonly Handler<never>[];
@@ -464,7 +469,7 @@ class InFlight implements HeldClaim {
     index: number,
     message: RawMessage,
     started: number,
-    signal: AbortSignal | undefined,
+    signal: AbortSignalLike | undefined,
     trace: DeliveryTrace | undefined,
     verified: VerifiedMessage,
     handlers: readonly Handler<never>[],

@@ -1,4 +1,5 @@
 import { Pool } from 'undici';
+import type { AbortSignalLike } from './abort-notice.js';
 import { errorMessage } from './errors.js';
 import type { AnswerHeaders } from './http-answer.js';
 import { redactUrl } from './redact.js';
@@ -27,7 +28,7 @@ export interface HttpPost {
   readonly headers: Readonly<Record<string, string>>;
   readonly body: string | Uint8Array;
   /** Aborts the request (the consumer stops, or the handler's deadline passed). */
-  readonly signal?: AbortSignal;
+  readonly signal?: AbortSignalLike;
   /**
    * Read up to this many bytes of the answer's body as text (the rest is discarded and the
    * connection closed). Without it the body is discarded, read to its end so that the connection
@@ -90,7 +91,9 @@ export function createHttpHandoff(url: string | URL, options: HttpHandoffOptions
       method: 'POST',
       headers: request.headers,
       body: request.body,
-      signal: request.signal ?? null,
+      // undici takes any signal with `addEventListener` (its util.addAbortListener); its types
+      // name only AbortSignal and EventEmitter.
+      signal: (request.signal ?? null) as AbortSignal | null,
     });
     let text = '';
     try {

@@ -1,3 +1,4 @@
+import { abortOf } from '../consumer/handler-context.js';
 import type { HandlerContext } from '../consumer/router.js';
 import { ConfigError, errorMessage, ForwardError, RetryLaterError } from '../core/errors.js';
 import { classifyAnswer, hasCredentials, redirectReason } from '../core/http-answer.js';
@@ -155,6 +156,7 @@ export function createForwarder(options: ForwardOptions): Forwarder {
     trace: Readonly<Record<string, string>> | undefined,
   ): Promise<number> => {
     let answer: HttpPostAnswer;
+    const abort = abortOf(context);
     try {
       answer = await handoff.post({
         headers: {
@@ -165,12 +167,12 @@ export function createForwarder(options: ForwardOptions): Forwarder {
           'partner-event-attempt': String(context.attempt),
         },
         body: context.rawBody,
-        signal: context.signal,
+        signal: abort,
       });
     } catch (cause) {
       const reason = cause instanceof HttpHandoffFailure ? cause.reason : `failed: ${errorMessage(cause)}`;
       // An abort is the consumer stopping or the handler's deadline: nothing about the app.
-      if (!context.signal.aborted) reach.failed(`forward to ${target} ${reason}`);
+      if (!abort.aborted) reach.failed(`forward to ${target} ${reason}`);
       throw new Error(`forward to ${target} ${reason}`, { cause });
     }
     reach.answered();
