@@ -37,28 +37,31 @@ export class HandlerRun {
     return this.#abortCause;
   }
 
+  /** A real AbortSignal for the handlers, made on first use; it follows `notice`. */
   get signal(): AbortSignal {
-    this.#controller ??= new AbortController();
-    if (this.#abortCause && !this.#controller.signal.aborted)
-      this.#controller.abort(abortReason(this.#abortCause));
+    if (!this.#controller) {
+      const controller = new AbortController();
+      const notice = this.notice;
+      if (notice.aborted) controller.abort(notice.reason);
+      else notice.addEventListener('abort', () => controller.abort(notice.reason));
+      this.#controller = controller;
+    }
     return this.#controller.signal;
   }
 
-  /** Aborts with `signal`, for the kit's own code (the forwarder's POST): no AbortSignal made. */
+  /** Aborts when the run does, for the kit's own code (the forwarder's POST): no AbortSignal made. */
   get notice(): AbortSignalLike {
-    this.#notice ??= new AbortNotice();
-    if (this.#abortCause && !this.#notice.aborted) this.#notice.abort(abortReason(this.#abortCause));
+    if (!this.#notice) {
+      this.#notice = new AbortNotice();
+      if (this.#abortCause) this.#notice.abort(abortReason(this.#abortCause));
+    }
     return this.#notice;
   }
 
   abort(cause: AbortCause): void {
     if (this.#abortCause) return;
     this.#abortCause = cause;
-    if (this.#controller || this.#notice) {
-      const reason = abortReason(cause);
-      this.#controller?.abort(reason);
-      this.#notice?.abort(reason);
-    }
+    this.#notice?.abort(abortReason(cause));
     this.#wake?.();
   }
 

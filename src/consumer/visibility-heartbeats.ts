@@ -13,7 +13,7 @@ export interface HeartbeatWatch<M extends RawMessage> {
 
 interface Watch<M extends RawMessage> extends HeartbeatWatch<M> {
   /** Not an AbortController: one per message cost 4–6 µs on Node 20 (src/core/abort-notice.ts). */
-  readonly lost: AbortNotice;
+  readonly signal: AbortNotice;
   nextBeatAt: number;
   beating: boolean;
   done: boolean;
@@ -43,11 +43,9 @@ export class VisibilityHeartbeats<M extends RawMessage> {
   }
 
   watch(message: M): HeartbeatWatch<M> {
-    const lost = new AbortNotice();
     const watch: Watch<M> = {
       message,
-      lost,
-      signal: lost,
+      signal: new AbortNotice(),
       nextBeatAt: Date.now() + this.#intervalMs,
       beating: false,
       done: false,
@@ -86,7 +84,7 @@ export class VisibilityHeartbeats<M extends RawMessage> {
         'visibility heartbeat failed: aborting handler',
       );
       this.#watches.delete(watch); // nothing left to keep
-      watch.lost.abort('visibility-lost' satisfies AbortCause);
+      watch.signal.abort('visibility-lost' satisfies AbortCause);
       return;
     } finally {
       watch.beating = false;
