@@ -22,6 +22,8 @@ export default defineConfig({
     // processes and local servers, not the CPU: two at once roughly halve the suite's time on a
     // 2-vCPU machine (docs/testing.md has the figures).
     maxWorkers: Math.max(2, availableParallelism() - 1),
+    // Builds the CLI once for the suites that spawn it (test/support/global-setup.ts).
+    globalSetup: ['test/support/global-setup.ts'],
     testTimeout: 20_000,
     hookTimeout: 30_000,
   },

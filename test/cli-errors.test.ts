@@ -9,6 +9,7 @@ import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { createTestEnvelope } from '../src/consumer/testing.js';
 import {
   type CliResult,
+  cliArgv,
   cliEnv,
   collectOutput,
   killed,
@@ -22,7 +23,6 @@ import { tempDir } from './support/harness.js';
 // What a new user sees when something is wrong at start: the cause, where, and what to do.
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
-const MAIN = fileURLToPath(new URL('../src/cli/main.ts', import.meta.url));
 
 let dir: ReturnType<typeof tempDir>;
 beforeEach(() => {
@@ -274,7 +274,7 @@ describe('usage errors that help', { timeout: 60_000 }, () => {
   it.skipIf(!existsSync('/usr/bin/script'))(
     'verify with no FILE on a terminal says what it wants, not a silent wait',
     async () => {
-      const command = [process.execPath, '--import', 'tsx', MAIN, 'verify'].map((a) => `'${a}'`).join(' ');
+      const command = [process.execPath, ...cliArgv(), 'verify'].map((a) => `'${a}'`).join(' ');
       const child = spawn('/usr/bin/script', ['-qec', command, '/dev/null'], { cwd: ROOT, env: cliEnv() });
       const output = collectOutput(child);
       const timer = setTimeout(() => child.kill('SIGKILL'), 45_000); // a child waiting on its terminal fails the test, not hangs it

@@ -9,12 +9,19 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
 import { createTestEnvelope, forgedEnvelope } from '../src/consumer/testing.js';
-import { type CliResult, cliEnv, collectOutput, runCli, startApp, startServer } from './support/cli.js';
+import {
+  type CliResult,
+  cliArgv,
+  cliEnv,
+  collectOutput,
+  runCli,
+  startApp,
+  startServer,
+} from './support/cli.js';
 import { tempDir } from './support/harness.js';
 import { jsonLines, writeJsonl } from './support/records.js';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
-const MAIN = fileURLToPath(new URL('../src/cli/main.ts', import.meta.url));
 const HAS_SCRIPT = spawnSync('sh', ['-c', 'command -v script'], { encoding: 'utf8' }).status === 0;
 const CHILD_TIMEOUT_MS = 90_000;
 
@@ -29,7 +36,7 @@ function shellQuote(text: string): string {
  * `\r\n` as `\n`.
  */
 function startOnTerminal(args: readonly string[]) {
-  const command = `exec ${[process.execPath, '--import', 'tsx', MAIN, ...args].map(shellQuote).join(' ')}`;
+  const command = `exec ${[process.execPath, ...cliArgv(), ...args].map(shellQuote).join(' ')}`;
   const child = spawn('script', ['-qfec', command, '/dev/null'], {
     cwd: ROOT,
     env: cliEnv(),

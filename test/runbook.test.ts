@@ -14,15 +14,13 @@ import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { createTestEnvelope, forgedEnvelope } from '../src/consumer/testing.js';
 import { createSqliteDedupe } from '../src/dedupe/sqlite.js';
 import { Azurite } from './support/azurite.js';
-import { cliEnv, collectOutput, startApp, startRun } from './support/cli.js';
+import { cliArgv, cliEnv, collectOutput, startApp, startRun } from './support/cli.js';
 import { EventHubsBroker } from './support/event-hubs-broker.js';
 import { sqsCounts, startFauxqsQueue } from './support/fauxqs.js';
 import { tempDir } from './support/harness.js';
 import { deadRecord, jsonLines } from './support/records.js';
 
 const RUNBOOK = fileURLToPath(new URL('../docs/replay-runbook.md', import.meta.url));
-const MAIN = fileURLToPath(new URL('../src/cli/main.ts', import.meta.url));
-const TSX = import.meta.resolve('tsx');
 const hasJq = spawnSync('jq', ['--version'], { stdio: 'ignore' }).status === 0;
 const ROTATED_SECRET = 'the-secret-before-the-rotation';
 
@@ -53,7 +51,10 @@ function script(variant: 'A' | 'B' | BrokerVariant, settings: Record<string, str
   expect(blocks.filter((b) => b.variant === 'settings')).toHaveLength(1);
   expect(blocks.filter((b) => b.variant === variant).length).toBeGreaterThan(0);
   const fileSteps = variant === 'A' || variant === 'B';
-  const lines = ['set -u', `pe_cli() { node --import ${JSON.stringify(TSX)} ${JSON.stringify(MAIN)} "$@"; }`];
+  const lines = [
+    'set -u',
+    `pe_cli() { ${[process.execPath, ...cliArgv()].map((a) => JSON.stringify(a)).join(' ')} "$@"; }`,
+  ];
   for (const block of blocks) {
     if (block.variant === 'settings') {
       for (const [name, value] of Object.entries(settings)) lines.push(`${name}=${JSON.stringify(value)}`);

@@ -16,7 +16,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { createTestEnvelope } from '../../src/consumer/testing.js';
-import { runCli, startCli } from '../support/cli.js';
+import { runCli, SOURCE_MAIN, startCli } from '../support/cli.js';
 import { tempDir } from '../support/harness.js';
 import { jsonLines } from '../support/records.js';
 import { report, timeout } from './support/profile.js';
@@ -67,7 +67,10 @@ describe('secrets never leave the process', () => {
           '--log-level',
           'trace',
         ],
-        { env: { PARTNER_EVENTS_RETRY_BASE_DELAY_MS: '10', PARTNER_EVENTS_RETRY_MAX_DELAY_MS: '20' } },
+        {
+          env: { PARTNER_EVENTS_RETRY_BASE_DELAY_MS: '10', PARTNER_EVENTS_RETRY_MAX_DELAY_MS: '20' },
+          main: SOURCE_MAIN, // the handlers module is TypeScript: the CLI runs through tsx
+        },
       );
       const logs = () => jsonLines(cli.output()) as LogLine[];
       const find = (msg: string) => logs().find((l) => l.msg?.startsWith(msg));

@@ -4,12 +4,25 @@ import { createServer, type IncomingHttpHeaders, type ServerResponse } from 'nod
 import type { AddressInfo } from 'node:net';
 import type { Readable } from 'node:stream';
 import { fileURLToPath } from 'node:url';
-import { expect, vi } from 'vitest';
+import { expect, inject, vi } from 'vitest';
 import { TEST_SIGNING_SECRET } from '../../src/consumer/testing.js';
 import { jsonLines } from './records.js';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
-const MAIN = fileURLToPath(new URL('../../src/cli/main.ts', import.meta.url));
+/** The CLI's source, for a test whose child must load TypeScript (run through tsx). */
+export const SOURCE_MAIN = fileURLToPath(new URL('../../src/cli/main.ts', import.meta.url));
+const TSX = import.meta.resolve('tsx');
+
+/**
+ * The CLI the tests spawn: the bundle test/support/global-setup.ts built for this run from
+ * tsup.config.ts's `bin` entry, or the source through tsx when no setup ran.
+ */
+export const CLI_MAIN: string = inject('cliMain') ?? SOURCE_MAIN;
+
+/** Node's arguments that run the CLI file `main`: a `.ts` file through tsx, a built one as it is. */
+export function cliArgv(main: string = CLI_MAIN): string[] {
+  return main.endsWith('.ts') ? ['--import', TSX, main] : [main];
+}
 
 export interface CliResult {
   code: number | null;
@@ -57,9 +70,9 @@ export function collectOutput(child: ChildProcess & { stdout: Readable; stderr: 
   return { done, output: () => stdout };
 }
 
-/** Spawns the CLI the way a user would (`partner-events ...`), from the source via tsx. */
+/** Spawns the CLI the way a user would (`partner-events ...`). */
 export function startCli(args: string[], options: CliOptions = {}) {
-  const child = spawn(process.execPath, ['--import', 'tsx', options.main ?? MAIN, ...args], {
+  const child = spawn(process.execPath, [...cliArgv(options.main), ...args], {
     cwd: options.cwd ?? ROOT,
     env: cliEnv(options.env),
     stdio: ['pipe', 'pipe', 'pipe'],
