@@ -7,6 +7,7 @@ import {
   type ReceivedEventData,
   type Subscription,
 } from '@azure/event-hubs';
+import { CallDeadline } from '../../src/core/call-deadline.js';
 import { AdapterError, ConfigError, errorMessage } from '../../src/core/errors.js';
 import { redact } from '../../src/core/redact.js';
 import {
@@ -135,8 +136,12 @@ class HubChannel implements SideChannel {
     if (this.#failure !== undefined) throw this.#failure;
     if (this.#buffer.length === 0) {
       if (this.#open.size === 0) return null;
-      const wait = AbortSignal.any([signal, AbortSignal.timeout(1000)]);
-      await this.#arrived.wait(wait);
+      const wait = new CallDeadline(1000, signal);
+      try {
+        await this.#arrived.wait(wait.signal);
+      } finally {
+        wait.end();
+      }
     }
     const batch = this.#buffer.splice(0, max);
     for (const event of batch) this.#reached.set(event.partitionId, event);

@@ -2,6 +2,7 @@ import type { QueueClient, ReceivedMessageItem } from '@azure/storage-queue';
 import type { Logger } from 'pino';
 import type { z } from 'zod';
 import { backoff } from '../../src/core/backoff.js';
+import { CallDeadline } from '../../src/core/call-deadline.js';
 import { AdapterError, ConfigError } from '../../src/core/errors.js';
 import { createLogger } from '../../src/core/logger.js';
 import type { Outcome } from '../../src/core/outcome.js';
@@ -265,11 +266,13 @@ export class StorageQueueAdapter implements SourceAdapter<StorageQueueMessage> {
     run: (abortSignal: AbortSignal) => Promise<T>,
     signal?: AbortSignal,
   ): Promise<T> {
-    const deadline = this.#deadline(signal);
+    const deadline = new CallDeadline(this.#settings.requestTimeoutMs, signal);
     try {
-      return await run(deadline);
+      return await run(deadline.signal);
     } catch (error) {
-      throw adapterError(operation, error, deadline);
+      throw adapterError(operation, error, deadline.signal);
+    } finally {
+      deadline.end();
     }
   }
 
@@ -285,12 +288,6 @@ export class StorageQueueAdapter implements SourceAdapter<StorageQueueMessage> {
       'retry delay runs past the message’s expiry: retrying sooner; the queue deletes it at expiry',
     );
     return seconds;
-  }
-
-  /** The abort signal for one call to the service: `requestTimeoutMs`, or `signal` if sooner. */
-  #deadline(signal?: AbortSignal): AbortSignal {
-    const timeout = AbortSignal.timeout(this.#settings.requestTimeoutMs);
-    return signal ? AbortSignal.any([signal, timeout]) : timeout;
   }
 
   #emptyWait(): number {

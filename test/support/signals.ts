@@ -1,0 +1,19 @@
+import { expect } from 'vitest';
+
+/** Node's set, on a signal, of the signals `AbortSignal.any` made from it (an internal symbol). */
+function dependantsOf(signal: AbortSignal): Set<unknown> | undefined {
+  const key = Object.getOwnPropertySymbols(signal).find((s) => s.description === 'kDependantSignals');
+  return key === undefined ? undefined : (signal as unknown as Record<symbol, Set<unknown>>)[key];
+}
+
+/**
+ * How many signals made by `AbortSignal.any([signal, ...])` still hang on `signal`. Checks first
+ * that it can see one on this Node, so that a renamed internal fails the test instead of reading 0.
+ */
+export function dependentSignals(signal: AbortSignal): number {
+  const probe = new AbortController();
+  const made = AbortSignal.any([probe.signal]);
+  expect(dependantsOf(probe.signal)?.size, 'this Node shows AbortSignal.any dependants').toBe(1);
+  expect(made.aborted).toBe(false);
+  return dependantsOf(signal)?.size ?? 0;
+}
