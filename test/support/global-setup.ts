@@ -13,7 +13,8 @@ declare module 'vitest' {
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 // One level under the root, as dist/ is: the CLI reads `../../package.json` from its own file.
-const OUT_DIR = `${ROOT}.tmp/cli`;
+// One directory per run, so that two runs in one checkout never build over each other's CLI.
+const OUT_DIR = `${ROOT}.tmp/cli-${process.pid}`;
 
 /** tsup.config.ts's CLI entry (the published `bin`), as it is. */
 function cliOptions(): Options {
@@ -46,4 +47,5 @@ export default async function setup(project: TestProject) {
   project.onTestsRerun(async () => {
     await buildCli();
   });
+  return () => rmSync(OUT_DIR, { recursive: true, force: true });
 }
