@@ -8,9 +8,11 @@
  * Checks wait on events (a receive, a count), never on sleeps, and bound no elapsed time: a
  * delayed retry is shown by order, against a retry without delay settled just after it.
  */
+import { getEventListeners } from 'node:events';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import type { Outcome } from '../../src/core/outcome.js';
 import type { RawMessage, SourceAdapter } from '../../src/core/source-adapter.js';
+import { dependentSignals } from './signals.js';
 
 /** Where transports differ; each check reads what it needs, and says so when it does not apply. */
 export interface TransportDeclarations {
@@ -248,6 +250,24 @@ export function adapterContract<M extends RawMessage>(transport: string, harness
       expect(received.map((m) => m.attempt)).toEqual([1, 1, 1]);
       expect(received.every((m) => typeof m.id === 'string' && m.id.length > 0)).toBe(true);
       expect(new Set(received.map((m) => m.id)).size).toBe(bodies.length);
+      await holdsEventually(0);
+    });
+
+    it('the receive signal keeps nothing: no listener, no dependent signal once receives return', async () => {
+      // A worker's receive signal lives as long as the worker: whatever one receive leaves on
+      // it stays (Storage Queue's AbortSignal.any per call left one dependent signal a receive).
+      const bodies: Uint8Array[] = [];
+      for (let i = 0; i < 12; i++) bodies.push(await publish(`signal-${i}`));
+      const inbox = await open();
+      let received = 0;
+      while (received < bodies.length) {
+        for (const message of await inbox.receiveOnce(1)) {
+          received++;
+          await settle(inbox, message, ack);
+        }
+      }
+      expect(getEventListeners(receives.signal, 'abort')).toHaveLength(0);
+      expect(dependentSignals(receives.signal)).toBe(0);
       await holdsEventually(0);
     });
 
