@@ -1,5 +1,7 @@
 import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
+import { setFlagsFromString } from 'node:v8';
+import { runInNewContext } from 'node:vm';
 import { Redis } from 'ioredis';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
@@ -45,6 +47,17 @@ describe.skipIf(!HAS_REDIS)('Redis dedupe with a real redis-server', () => {
   afterAll(async () => {
     admin.disconnect();
     await server.stop();
+  });
+
+  it('calls made before the first connection go on once it is made', async () => {
+    const client = new Redis(server.url, { ...FAIL_FAST_OPTIONS, lazyConnect: true });
+    const store = createRedisDedupe({ client, logger: silentLogger() });
+    const waiting = [store.claim('evt-first-a', 5000), store.claim('evt-first-b', 5000)];
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    await client.connect();
+    expect((await Promise.all(waiting)).map((c) => c.status)).toEqual(['claimed', 'claimed']);
+    await store.close();
+    client.disconnect();
   });
 
   it('keys carry the prefix and the tenant, so tenants never collide', async () => {
@@ -259,4 +272,36 @@ describe.skipIf(!HAS_REDIS)('Redis dedupe with a real redis-server', () => {
     const repeated = [...handled.values()].filter((n) => n > 1).length;
     expect(repeated).toBeLessThanOrEqual(8);
   }, 60_000);
+});
+
+describe('Redis dedupe before its first connection', () => {
+  it('a call waits for the first connection, then fails typed after connectTimeout; timed-out waits leave nothing behind', async () => {
+    // A client never connected (lazyConnect, no connect()): no network at all.
+    const client = new Redis({ ...FAIL_FAST_OPTIONS, lazyConnect: true, host: '127.0.0.1', port: 1 });
+    const store = createRedisDedupe({ client, logger: silentLogger() });
+    setFlagsFromString('--expose-gc');
+    const gc = runInNewContext('gc') as () => void;
+    try {
+      gc();
+      const before = process.memoryUsage().heapUsed;
+      let calls: Promise<unknown>[] = [];
+      for (let i = 0; i < 20_000; i++) calls.push(store.claim(`never-${i}`, 60_000).catch((e: unknown) => e));
+      let settled = 0;
+      for (const call of calls) void call.then(() => settled++);
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      expect(settled).toBe(0); // waiting for the first connection (connectTimeout: 5 s)
+      const errors = await Promise.all(calls);
+      expect(errors.every((e) => e instanceof DedupeUnavailableError)).toBe(true);
+      expect((errors[0] as Error).message).toMatch(/no connection yet/);
+      calls = [];
+      errors.length = 0;
+      await new Promise((resolve) => setTimeout(resolve, 10)); // the timers' lists let go too
+      gc();
+      // Each wait once raced one long-lived promise of the first connection, which kept a
+      // reaction per call until Redis first answered: megabytes for these 20,000.
+      expect(process.memoryUsage().heapUsed - before).toBeLessThan(1_000_000);
+    } finally {
+      await store.close();
+    }
+  });
 });

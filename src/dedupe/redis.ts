@@ -132,8 +132,8 @@ export class RedisDedupeStore implements DedupeStore {
   #tokenSeq = 0;
   #downSince: number | undefined;
   #everReady = false;
-  readonly #firstReady: Promise<void>;
-  #resolveFirstReady: () => void = () => undefined;
+  /** Calls waiting for the first connection: each removes itself when its wait times out. */
+  readonly #firstReadyWaiters = new Set<() => void>();
   #checked = false;
   #closed = false;
 
@@ -151,10 +151,6 @@ export class RedisDedupeStore implements DedupeStore {
     this.#redis = redis;
     this.#prefix = `${base}:dedupe:`;
     this.#claimsPrefix = `${base}:claims:`;
-    // Until the first connection, calls wait for it (briefly); after that an outage fails fast.
-    this.#firstReady = new Promise<void>((resolve) => {
-      this.#resolveFirstReady = resolve;
-    });
     const up = () => {
       loadScripts(redis);
       this.#upIfServed(options.retentionMs);
@@ -276,19 +272,23 @@ export class RedisDedupeStore implements DedupeStore {
     return new DedupeUnavailableError(`Redis dedupe store unavailable: ${errorMessage(cause)}`, { cause });
   }
 
-  async #waitForFirstConnection(): Promise<void> {
-    let timer: NodeJS.Timeout | undefined;
-    const timeout = new Promise<never>((_, reject) => {
-      timer = setTimeout(
-        () => reject(new DedupeUnavailableError('Redis dedupe store: no connection yet')),
-        FAIL_FAST_OPTIONS.connectTimeout,
-      );
+  /**
+   * Until the first connection, a call waits for it (briefly); after that an outage fails fast.
+   * Not `Promise.race` with one promise of the first connection: each race would leave a
+   * reaction on it until Redis first answers, for every call of a worker that never reaches it.
+   */
+  #waitForFirstConnection(): Promise<void> {
+    return new Promise<void>((resolve, reject) => {
+      const ready = () => {
+        clearTimeout(timer);
+        resolve();
+      };
+      const timer = setTimeout(() => {
+        this.#firstReadyWaiters.delete(ready);
+        reject(new DedupeUnavailableError('Redis dedupe store: no connection yet'));
+      }, FAIL_FAST_OPTIONS.connectTimeout);
+      this.#firstReadyWaiters.add(ready);
     });
-    try {
-      await Promise.race([this.#firstReady, timeout]);
-    } finally {
-      clearTimeout(timer);
-    }
   }
 
   #down(error: Error): void {
@@ -303,7 +303,8 @@ export class RedisDedupeStore implements DedupeStore {
   #upIfServed(retentionMs: number | undefined): void {
     if (this.#redis.status !== 'ready') return;
     this.#everReady = true;
-    this.#resolveFirstReady();
+    for (const ready of this.#firstReadyWaiters) ready();
+    this.#firstReadyWaiters.clear();
     if (!this.available) return;
     if (this.#downSince !== undefined) {
       this.#logger.warn({ outage_ms: Date.now() - this.#downSince }, 'Redis dedupe store reachable again');
