@@ -1,5 +1,4 @@
 import { randomUUID } from 'node:crypto';
-import { getEventListeners } from 'node:events';
 import { readFileSync } from 'node:fs';
 import { type AddressInfo, createServer, type Server, type Socket } from 'node:net';
 import { join } from 'node:path';
@@ -27,7 +26,7 @@ import { AdapterError, ConfigError } from '../src/core/errors.js';
 import { createLogger } from '../src/core/logger.js';
 import { Azurite } from './support/azurite.js';
 import { tempDir } from './support/harness.js';
-import { dependentSignals } from './support/signals.js';
+import { expectNothingLeftOn } from './support/signals.js';
 
 let azurite: Azurite;
 let service: QueueServiceClient;
@@ -453,8 +452,7 @@ describe('StorageQueueAdapter against Azurite', () => {
     const received = await adapter.receive(1, stop.signal);
     expect(received).toHaveLength(1);
     await adapter.settle(received?.[0] as StorageQueueMessage, { kind: 'ack', result: 'handled' });
-    expect(getEventListeners(stop.signal, 'abort')).toHaveLength(0);
-    expect(dependentSignals(stop.signal)).toBe(0);
+    expectNothingLeftOn(stop.signal);
     expect(await countOf(queue)).toBe(0);
     await adapter.close();
   });

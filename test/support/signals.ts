@@ -1,3 +1,4 @@
+import { getEventListeners } from 'node:events';
 import { expect } from 'vitest';
 
 /** Node's set, on a signal, of the signals `AbortSignal.any` made from it (an internal symbol). */
@@ -16,4 +17,13 @@ export function dependentSignals(signal: AbortSignal): number {
   expect(dependantsOf(probe.signal)?.size, 'this Node shows AbortSignal.any dependants').toBe(1);
   void made; // referenced until here, so that no collection can have removed it before the count
   return dependantsOf(signal)?.size ?? 0;
+}
+
+/**
+ * A worker's receive signal lives as long as the worker, so whatever a receive leaves on it is a
+ * leak: checks that it has no `abort` listener and no dependent signal left.
+ */
+export function expectNothingLeftOn(signal: AbortSignal): void {
+  expect(getEventListeners(signal, 'abort')).toHaveLength(0);
+  expect(dependentSignals(signal)).toBe(0);
 }
