@@ -15,7 +15,7 @@
 import { resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { makeEnvelopes, sizeByLabel } from './fixtures.js';
-import { runFloorOnce, runPipelineOnce } from './pipeline.js';
+import { floorBatchFor, runFloorOnce, runPipelineOnce } from './pipeline.js';
 import { fmtFixed, fmtInt, median, runInterleaved, table } from './stats.js';
 
 const { values } = parseArgs({
@@ -47,8 +47,8 @@ const raws = makeEnvelopes(size.bytes, n);
 const sides = {
   base: () => base.runPipelineOnce(raws, concurrency),
   'this tree': () => runPipelineOnce(raws, concurrency),
-  floor: () => runFloorOnce(raws, { complete: false }),
-  'floor+c': () => runFloorOnce(raws, { complete: true }),
+  floor: () => runFloorOnce(raws, { complete: false, batch: floorBatchFor(concurrency) }),
+  'floor+c': () => runFloorOnce(raws, { complete: true, batch: floorBatchFor(concurrency) }),
 } as const;
 type Side = keyof typeof sides;
 const names = Object.keys(sides) as Side[];

@@ -9,7 +9,7 @@
 import { Session } from 'node:inspector/promises';
 import { parseArgs } from 'node:util';
 import { makeEnvelopes, sizeByLabel } from './fixtures.js';
-import { runFloorOnce, runPipelineOnce } from './pipeline.js';
+import { floorBatchFor, runFloorOnce, runPipelineOnce } from './pipeline.js';
 import { fmtInt, table } from './stats.js';
 
 const { values } = parseArgs({
@@ -29,9 +29,10 @@ interface ProfileNode {
 const n = Number(values.n);
 const size = sizeByLabel(values.size);
 const raws = makeEnvelopes(size.bytes, n);
+const concurrency = 64;
 const sides = {
-  pipeline: () => runPipelineOnce(raws, 64),
-  'floor+c': () => runFloorOnce(raws, { complete: true }),
+  pipeline: () => runPipelineOnce(raws, concurrency),
+  'floor+c': () => runFloorOnce(raws, { complete: true, batch: floorBatchFor(concurrency) }),
 } as const;
 
 const session = new Session();

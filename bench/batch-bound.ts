@@ -24,7 +24,7 @@ import { Keyring } from '../src/core/secrets.js';
 import { verifyMessage } from '../src/core/verify.js';
 
 import { makeEnvelopes, OUR_SECRET, sizeByLabel } from './fixtures.js';
-import { runFloorOnce, runPipelineOnce } from './pipeline.js';
+import { floorBatchFor, runFloorOnce, runPipelineOnce } from './pipeline.js';
 import { fmtFixed, fmtInt, median, runInterleaved, table } from './stats.js';
 import { openStoreFileBare } from './store-file.js';
 
@@ -128,8 +128,8 @@ const raws = makeEnvelopes(size.bytes, n);
 const sides = {
   bound: () => runBoundOnce(raws),
   pipeline: () => runPipelineOnce(raws, BATCH),
-  floor: () => runFloorOnce(raws, { complete: false }),
-  'floor+c': () => runFloorOnce(raws, { complete: true }),
+  floor: () => runFloorOnce(raws, { complete: false, batch: floorBatchFor(BATCH) }),
+  'floor+c': () => runFloorOnce(raws, { complete: true, batch: floorBatchFor(BATCH) }),
 } as const;
 type Side = keyof typeof sides;
 const names = Object.keys(sides) as Side[];

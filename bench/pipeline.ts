@@ -64,8 +64,10 @@ export interface PipelineSizeResult {
   readonly n: number;
   readonly reps: number;
   readonly concurrency: number;
+  /** Events per transaction of the floors: as many as the pipeline can claim at once. */
+  readonly floorBatch: number;
   readonly pipeline: RunSeries | null;
-  /** The brief's floor: parse, HMAC, parse, zod, one INSERT per event (100 per transaction). */
+  /** The brief's floor: parse, HMAC, parse, zod, one INSERT per event (`floorBatch` per transaction). */
   readonly floor: RunSeries | null;
   /** The floor with the store's own claim and complete statements instead of the one INSERT. */
   readonly floorClaimComplete: RunSeries | null;
@@ -243,14 +245,25 @@ function withResolvers(): { promise: Promise<void>; resolve: () => void } {
   return { promise, resolve };
 }
 
-const FLOOR_BATCH = 100;
 const LEASE_MS = 60_000;
+
+/**
+ * Events per transaction of the floors run beside a pipeline of `concurrency`: the most the
+ * pipeline can claim in one transaction (its messages in flight, at most one receive of the
+ * memory source). A floor that commits more per transaction does less work per event than any
+ * pipeline at that concurrency can: at 300 B, 100 per transaction ran 5-9 % faster than 64
+ * (docs/performance-log.md, "The floors' transactions").
+ */
+export function floorBatchFor(concurrency: number): number {
+  return Math.min(concurrency, createMemorySource().maxBatchSize);
+}
 
 /**
  * The floor: the same operations as the pipeline with no pipeline around them. The database file
  * is created by the SQLite dedupe store itself (so tables, index, page size and journal mode are
- * exactly the store's), then reopened with the store's connection pragmas. 100 events per
- * transaction; timing includes closing the database (as the pipeline's `stopped` does).
+ * exactly the store's), then reopened with the store's connection pragmas. `batch` events per
+ * transaction (`floorBatchFor`); timing includes closing the database (as the pipeline's
+ * `stopped` does).
  * - `complete: false` (the brief's floor, one write): one INSERT of a row into the dedupe table
  *   per event, the least a durable de-duplication can write.
  * - `complete: true` (floor + complete): the store's own statements (SQLITE_STATEMENTS), bare: its
@@ -258,7 +271,7 @@ const LEASE_MS = 60_000;
  */
 export async function runFloorOnce(
   raws: readonly string[],
-  options: { complete: boolean; template?: string | undefined },
+  options: { complete: boolean; batch: number; template?: string | undefined },
 ): Promise<Timed> {
   const dir = freshDir();
   try {
@@ -301,7 +314,7 @@ export async function runFloorOnce(
       const event = eventSchemas[env.event_type as EventType].parse(body) as { event_id: string };
       ids.push(event.event_id);
       tokens.push(tokenPrefix + (++seq).toString(36));
-      if (ids.length === FLOOR_BATCH) flush();
+      if (ids.length === options.batch) flush();
     }
     if (ids.length > 0) flush();
     db.close();
@@ -359,13 +372,14 @@ async function runSides(
 ): Promise<PipelineSizeResult> {
   const doPipeline = options.only !== 'floor';
   const doFloor = options.only !== 'pipeline';
+  const batch = floorBatchFor(options.concurrency);
   gc();
   const before = process.memoryUsage();
   const warmRaws = raws.slice(0, Math.min(options.warmupN, raws.length));
   if (doPipeline) await runPipelineOnce(warmRaws, options.concurrency, { template });
   if (doFloor) {
-    await runFloorOnce(warmRaws, { complete: false, template });
-    await runFloorOnce(warmRaws, { complete: true, template });
+    await runFloorOnce(warmRaws, { complete: false, batch, template });
+    await runFloorOnce(warmRaws, { complete: true, batch, template });
   }
 
   const peak: Peak = { rss: 0, heapUsed: 0 };
@@ -389,8 +403,8 @@ async function runSides(
     );
   }
   if (doFloor) {
-    sides.push(async () => void floorMs.push(await runFloorOnce(raws, { complete: false, template })));
-    sides.push(async () => void floor2Ms.push(await runFloorOnce(raws, { complete: true, template })));
+    sides.push(async () => void floorMs.push(await runFloorOnce(raws, { complete: false, batch, template })));
+    sides.push(async () => void floor2Ms.push(await runFloorOnce(raws, { complete: true, batch, template })));
   }
   for (let r = 0; r < options.reps; r++) {
     for (const side of repetitionOrder(sides, r)) await side();
@@ -408,6 +422,7 @@ async function runSides(
     n: options.n,
     reps: options.reps,
     concurrency: options.concurrency,
+    floorBatch: batch,
     pipeline,
     floor,
     floorClaimComplete,

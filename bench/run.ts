@@ -28,7 +28,13 @@ import { parseArgs } from 'node:util';
 import { type ConsoleBenchResult, consoleJson, runConsoleSection } from './console.js';
 import { type DedupeBenchRow, runDedupeBench } from './dedupe.js';
 import { SIZES, sizeByLabel } from './fixtures.js';
-import { type PipelineSizeResult, type RatioSpread, type RunSeries, spread } from './pipeline.js';
+import {
+  floorBatchFor,
+  type PipelineSizeResult,
+  type RatioSpread,
+  type RunSeries,
+  spread,
+} from './pipeline.js';
 import { type RedisBenchResult, redisJson, runRedisSection } from './redis.js';
 import { printServerlessRows, runServerlessBench, type ServerlessRow } from './serverless.js';
 import { runSidecarBench, type SidecarRow } from './sidecar.js';
@@ -205,10 +211,13 @@ if (runPipeline) {
     '    pipeline = MemorySource({ endWhenEmpty }) → createConsumer(createSqliteDedupe, no-op handler), start() → stopped',
   );
   console.log(
-    '    floor    = bare loop: JSON.parse, HMAC (KeyObject) + timingSafeEqual, JSON.parse, zod parse, INSERT ×100/tx',
+    `    floor    = bare loop: JSON.parse, HMAC (KeyObject) + timingSafeEqual, JSON.parse, zod parse, INSERT ×${floorBatchFor(CONCURRENCY)}/tx`,
   );
   console.log(
-    "               (into a file the SQLite dedupe store created: same tables, index, page size, WAL; store's pragmas)",
+    "               (into a file the SQLite dedupe store created: same tables, index, page size, WAL; store's pragmas;",
+  );
+  console.log(
+    '               as many events per transaction as the pipeline holds in flight, the most it can claim at once)',
   );
   console.log(
     "    floor+c  = floor with the store's own claim and complete statements instead of the INSERT (SQLITE_STATEMENTS)",
@@ -556,6 +565,7 @@ console.log(
       n: r.n,
       reps: r.reps,
       concurrency: r.concurrency,
+      floorBatch: r.floorBatch,
       pipeline: seriesJson(r.pipeline),
       floor: seriesJson(r.floor),
       floorClaimComplete: seriesJson(r.floorClaimComplete),
