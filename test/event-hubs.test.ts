@@ -16,6 +16,7 @@ import {
   SqliteCheckpointStore,
 } from '../adapters/event-hubs/index.js';
 import { PartitionLane } from '../adapters/event-hubs/partition-lane.js';
+import { PoisonHub } from '../adapters/event-hubs/poison-hub.js';
 import { type Consumer, createConsumer, type SettledReport } from '../src/consumer/consumer.js';
 import type { HandlerContext } from '../src/consumer/router.js';
 import { createTestEnvelope, TEST_SIGNING_SECRET } from '../src/consumer/testing.js';
@@ -28,6 +29,7 @@ import { Azurite } from './support/azurite.js';
 import { EventHubsBroker } from './support/event-hubs-broker.js';
 import type { EventHubsTestServer, TestHub } from './support/event-hubs-server.js';
 import { tempDir } from './support/harness.js';
+import { expectNothingLeftOn } from './support/signals.js';
 import { recordSpans } from './support/spans.js';
 
 type Handler = (event: { event_id: string }, context: HandlerContext) => unknown;
@@ -318,6 +320,33 @@ describe('Event Hubs adapter against the real SDK', () => {
     expect(dead).toHaveLength(1); // the dead-letter file is still written (first)
     await worker.stop();
     expect(await checkpoints(worker.adapter)).toEqual({ 0: 1 });
+  });
+
+  it('leaves nothing on the closing signal that every poison copy is sent under', async () => {
+    // The adapter's closing signal lives as long as the adapter; each copy hands it to the SDK.
+    const signals = new Set<AbortSignal>();
+    const send = PoisonHub.prototype.send;
+    vi.spyOn(PoisonHub.prototype, 'send').mockImplementation(function (this: PoisonHub, event, info, signal) {
+      signals.add(signal);
+      return send.call(this, event, info, signal);
+    });
+    const poisonHub = await server.createHub(1);
+    const dead = new Set<string>();
+    for (let i = 0; i < 6; i++) dead.add(await publish('0'));
+    const after = await publish('0');
+    const worker = await startWorker(
+      (e) => {
+        if (dead.has(e.event_id)) throw new Error('poison');
+      },
+      { deadLetterQueue: poisonHub.name },
+    );
+    await vi.waitFor(() => expect(handledIds(worker.reports)).toEqual([after]), WAIT);
+    expect(await poisonHub.events('0')).toHaveLength(dead.size);
+    expect(signals.size).toBe(1);
+    const [closing] = signals;
+    expect(closing?.aborted).toBe(false);
+    expectNothingLeftOn(closing as AbortSignal);
+    await worker.stop();
   });
 
   // Our broker sees each connection's open properties; the emulator's hubs are counted out per test.
