@@ -317,6 +317,24 @@ describe('metrics', () => {
           expect(exposed.get(m[1] as string), q.panel).toBe('histogram');
         }
       }
+      // The process's own metrics (prom-client's defaults) too, but no gauge named like a counter:
+      // the whole scrape passes promtool's lint.
+      for (const name of [
+        'process_cpu_seconds_total',
+        'process_resident_memory_bytes',
+        'nodejs_heap_size_used_bytes',
+        'nodejs_eventloop_lag_p99_seconds',
+      ]) {
+        expect(exposed.has(name), `${name} in /metrics`).toBe(true);
+      }
+      expect(exposed.get('nodejs_gc_duration_seconds')).toBe('histogram');
+      expect([...exposed].filter(([name, type]) => name.endsWith('_total') && type !== 'counter')).toEqual(
+        [],
+      );
+      if (HAS_PROMTOOL) {
+        const lint = spawnSync('promtool', ['check', 'metrics'], { input: scrape, encoding: 'utf8' });
+        expect(lint.status, lint.stdout + lint.stderr).toBe(0);
+      }
       expect(scrape).toMatch(/^partner_events_dedupe_available 1$/m);
       // When the worker started (PartnerEventsDeadLettered tells a new worker from a scrape gap
       // by it): within the run's start, and the same at every scrape.

@@ -16,7 +16,7 @@ import {
 } from '../sidecar/config.js';
 import { LiveStats } from '../sidecar/console/index.js';
 import { createForwarder, describeUrl, type Forwarder } from '../sidecar/forward.js';
-import { ConsumerMetrics } from '../sidecar/metrics.js';
+import { ConsumerMetrics, collectProcessMetrics } from '../sidecar/metrics.js';
 import { type OpsServer, startOpsServer } from '../sidecar/ops-server.js';
 import { readiness } from '../sidecar/readiness.js';
 import { startTraceExport, type TraceExport } from '../sidecar/tracing-export.js';
@@ -231,6 +231,7 @@ async function serveOps(
   const consoleServer = config.ops.console
     ? consoleFor({ consumer, live: worker.live, readiness: checks }, config, configFile)
     : undefined;
+  collectProcessMetrics(worker.metrics.registry); // only when /metrics is served
   let ops: OpsServer;
   try {
     ops = await startOpsServer({

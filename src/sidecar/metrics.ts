@@ -1,4 +1,4 @@
-import { Counter, Gauge, Histogram, Registry } from 'prom-client';
+import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom-client';
 import type { SettledReport } from '../consumer/consumer.js';
 import { ERROR_CODES, type ErrorCode, REJECTION_CODES } from '../core/errors.js';
 import type { RawMessage } from '../core/source-adapter.js';
@@ -163,6 +163,28 @@ export class ConsumerMetrics {
     if (outcome.kind === 'retry') this.#retried.inc({ code: outcome.code });
     else this.#dead.inc({ code: outcome.code });
   }
+}
+
+/**
+ * prom-client's gauges whose names end in `_total` (each the sum of its namesake without it, by
+ * type): Prometheus keeps `_total` for counters, and `promtool check metrics` rejects them.
+ */
+const MISNAMED_DEFAULT_METRICS = [
+  'nodejs_active_handles_total',
+  'nodejs_active_requests_total',
+  'nodejs_active_resources_total',
+];
+
+/**
+ * The process's own metrics on `registry` (prom-client's defaults): CPU, memory, heap, garbage
+ * collections, event-loop delay, open files. `run` exports them beside the consumer's, so that
+ * what the worker costs, and whether the garbage collector or a blocked event loop limits it,
+ * shows on the same scrape (docs/observability.md). Library users call prom-client's
+ * `collectDefaultMetrics()` on their own registry, if they want them.
+ */
+export function collectProcessMetrics(registry: Registry): void {
+  collectDefaultMetrics({ register: registry });
+  for (const name of MISNAMED_DEFAULT_METRICS) registry.removeSingleMetric(name);
 }
 
 /**
