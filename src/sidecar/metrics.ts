@@ -166,8 +166,9 @@ export class ConsumerMetrics {
 }
 
 /**
- * prom-client's gauges whose names end in `_total` (each the sum of its namesake without it, by
- * type): Prometheus keeps `_total` for counters, and `promtool check metrics` rejects them.
+ * prom-client's gauges whose names end in `_total`: each is the total of its namesake without the
+ * suffix, which has the same by type. Prometheus keeps `_total` for counters, and `promtool check
+ * metrics` rejects them.
  */
 const MISNAMED_DEFAULT_METRICS = [
   'nodejs_active_handles_total',
