@@ -9,7 +9,7 @@ import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { createTestEnvelope } from '../src/consumer/testing.js';
 import {
   type CliResult,
-  cliArgv,
+  cliCommand,
   cliEnv,
   collectOutput,
   killed,
@@ -274,7 +274,7 @@ describe('usage errors that help', { timeout: 60_000 }, () => {
   it.skipIf(!existsSync('/usr/bin/script'))(
     'verify with no FILE on a terminal says what it wants, not a silent wait',
     async () => {
-      const command = [process.execPath, ...cliArgv(), 'verify'].map((a) => `'${a}'`).join(' ');
+      const command = [...cliCommand(), 'verify'].map((a) => `'${a}'`).join(' ');
       const child = spawn('/usr/bin/script', ['-qec', command, '/dev/null'], { cwd: ROOT, env: cliEnv() });
       const output = collectOutput(child);
       const timer = setTimeout(() => child.kill('SIGKILL'), 45_000); // a child waiting on its terminal fails the test, not hangs it

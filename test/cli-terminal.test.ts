@@ -11,7 +11,7 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it, vi } from 'vites
 import { createTestEnvelope, forgedEnvelope } from '../src/consumer/testing.js';
 import {
   type CliResult,
-  cliArgv,
+  cliCommand,
   cliEnv,
   collectOutput,
   runCli,
@@ -36,7 +36,7 @@ function shellQuote(text: string): string {
  * `\r\n` as `\n`.
  */
 function startOnTerminal(args: readonly string[]) {
-  const command = `exec ${[process.execPath, ...cliArgv(), ...args].map(shellQuote).join(' ')}`;
+  const command = `exec ${[...cliCommand(), ...args].map(shellQuote).join(' ')}`;
   const child = spawn('script', ['-qfec', command, '/dev/null'], {
     cwd: ROOT,
     env: cliEnv(),

@@ -14,7 +14,7 @@ import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { createTestEnvelope, forgedEnvelope } from '../src/consumer/testing.js';
 import { createSqliteDedupe } from '../src/dedupe/sqlite.js';
 import { Azurite } from './support/azurite.js';
-import { cliArgv, cliEnv, collectOutput, startApp, startRun } from './support/cli.js';
+import { cliCommand, cliEnv, collectOutput, startApp, startRun } from './support/cli.js';
 import { EventHubsBroker } from './support/event-hubs-broker.js';
 import { sqsCounts, startFauxqsQueue } from './support/fauxqs.js';
 import { tempDir } from './support/harness.js';
@@ -53,7 +53,9 @@ function script(variant: 'A' | 'B' | BrokerVariant, settings: Record<string, str
   const fileSteps = variant === 'A' || variant === 'B';
   const lines = [
     'set -u',
-    `pe_cli() { ${[process.execPath, ...cliArgv()].map((a) => JSON.stringify(a)).join(' ')} "$@"; }`,
+    `pe_cli() { ${cliCommand()
+      .map((a) => JSON.stringify(a))
+      .join(' ')} "$@"; }`,
   ];
   for (const block of blocks) {
     if (block.variant === 'settings') {

@@ -19,9 +19,12 @@ const TSX = import.meta.resolve('tsx');
  */
 export const CLI_MAIN: string = inject('cliMain') ?? SOURCE_MAIN;
 
-/** Node's arguments that run the CLI file `main`: a `.ts` file through tsx, a built one as it is. */
-export function cliArgv(main: string = CLI_MAIN): string[] {
-  return main.endsWith('.ts') ? ['--import', TSX, main] : [main];
+/**
+ * The command line that runs the CLI file `main` (`partner-events` without its arguments): Node,
+ * then a `.ts` file through tsx or a built one as it is. For spawning, or quoting into a shell.
+ */
+export function cliCommand(main: string = CLI_MAIN): [node: string, ...argv: string[]] {
+  return main.endsWith('.ts') ? [process.execPath, '--import', TSX, main] : [process.execPath, main];
 }
 
 export interface CliResult {
@@ -72,7 +75,8 @@ export function collectOutput(child: ChildProcess & { stdout: Readable; stderr: 
 
 /** Spawns the CLI the way a user would (`partner-events ...`). */
 export function startCli(args: string[], options: CliOptions = {}) {
-  const child = spawn(process.execPath, [...cliArgv(options.main), ...args], {
+  const [node, ...argv] = cliCommand(options.main);
+  const child = spawn(node, [...argv, ...args], {
     cwd: options.cwd ?? ROOT,
     env: cliEnv(options.env),
     stdio: ['pipe', 'pipe', 'pipe'],

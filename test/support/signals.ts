@@ -20,8 +20,9 @@ export function dependentSignals(signal: AbortSignal): number {
 }
 
 /**
- * A worker's receive signal lives as long as the worker, so whatever a receive leaves on it is a
- * leak: checks that it has no `abort` listener and no dependent signal left.
+ * A long-lived signal (a worker's receive signal, an adapter's closing signal) keeps whatever each
+ * call leaves on it for as long as it lives, so anything left is a leak: checks that it has no
+ * `abort` listener and no dependent signal left.
  */
 export function expectNothingLeftOn(signal: AbortSignal): void {
   expect(getEventListeners(signal, 'abort')).toHaveLength(0);
