@@ -12,6 +12,7 @@ const NOW = 1_800_000_000_000;
 const healthy: ConsumerStatus = {
   state: 'running',
   inFlight: 0,
+  inFlightBytes: 0,
   lastReceiveAt: NOW - 1000,
   receivingSince: NOW - 5000,
   lastReceiveError: undefined,

@@ -171,6 +171,7 @@ describe('sidecar with HTTP ingress', () => {
       expect(metric(metrics, 'partner_events_handler_seconds_count', 'outcome="ok"')).toBe(2);
       expect(metric(metrics, 'partner_events_event_age_seconds_count')).toBe(3);
       expect(metric(metrics, 'partner_events_in_flight')).toBe(0);
+      expect(metric(metrics, 'partner_events_in_flight_bytes')).toBe(0);
       expect((await fetch(`${sidecar.ops}/healthz`)).status).toBe(200);
       const ready = await fetch(`${sidecar.ops}/readyz`);
       expect(ready.status).toBe(200);

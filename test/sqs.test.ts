@@ -519,6 +519,52 @@ describe('SqsAdapter through the consumer (fauxqs)', () => {
     expect(await sqsCounts(s.client, s.queueUrl)).toEqual({ visible: 0, inFlight: 0, delayed: 0 });
   });
 
+  it('maxInFlightBytes: several pollers together hold no more than the bound, and ask SQS for no more', async () => {
+    const pad = 'x'.repeat(8_000);
+    const bodies = Array.from(
+      { length: 40 },
+      () => createTestEnvelope('daily.data.steps.created', { fields: { raw_data: { pad } } }).raw,
+    );
+    const size = (bodies[0] as string).length;
+    // concurrency 40 runs four pollers (10 per receive); the bound leaves room for 6 messages.
+    const s = await setup({ consumer: { concurrency: 40, maxInFlightBytes: 6 * size } });
+    const held: (() => void)[] = [];
+    let calls = 0;
+    let most = 0; // in flight as each handler after the first batch starts
+    s.consumer.on('*', async () => {
+      if (++calls > 10) most = Math.max(most, s.consumer.status.inFlight);
+      await new Promise<void>((resolve) => held.push(resolve));
+    });
+    const releaseAll = () => {
+      for (const release of held.splice(0)) release();
+    };
+    // Before any size is known, one receive at a time: the first one, a full batch of 10.
+    await send(s.client, s.queueUrl, bodies.slice(0, 10));
+    await s.consumer.start();
+    await vi.waitFor(() => expect(held.length).toBe(10), { timeout: 8000 });
+    await send(s.client, s.queueUrl, bodies.slice(10));
+    // Long enough for the other pollers to come back had the bound not held them.
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    expect(held.length).toBe(10);
+    releaseAll();
+    // Then no more than the room: 6 at most in flight, asked for in receives of 6 at most.
+    await vi.waitFor(
+      () => {
+        releaseAll();
+        expect(s.reports.filter(ackedHandled)).toHaveLength(40);
+      },
+      { timeout: 8000, interval: 10 },
+    );
+    expect(most).toBeGreaterThan(0);
+    expect(most).toBeLessThanOrEqual(6);
+    const asked = s.calls
+      .filter((c) => c.command === 'ReceiveMessageCommand')
+      .map((c) => c.input.MaxNumberOfMessages as number);
+    expect(asked[0]).toBe(10);
+    expect(Math.max(...asked.slice(1))).toBeLessThanOrEqual(6);
+    expect(await sqsCounts(s.client, s.queueUrl)).toEqual({ visible: 0, inFlight: 0, delayed: 0 });
+  });
+
   it('FIFO: keeps the message group in the metadata and dead-letters to a FIFO DLQ', async () => {
     const { client } = recordingClient();
     const dlq = await createQueue(client, 'dead.fifo');

@@ -184,6 +184,7 @@ async function openWorker(config: SidecarConfig, pretty: boolean): Promise<Worke
   let consumer: Consumer | undefined;
   const metrics = new ConsumerMetrics({
     inFlight: () => consumer?.status.inFlight ?? 0,
+    inFlightBytes: () => consumer?.status.inFlightBytes ?? 0,
     ready: () =>
       consumer !== undefined &&
       readiness(consumer, source, config.ops.stallAfterMs, undefined, forward).ready,

@@ -65,6 +65,8 @@ export type ConsumerState = 'idle' | 'running' | 'stopping' | 'stopped';
 export interface ConsumerStatus {
   readonly state: ConsumerState;
   readonly inFlight: number;
+  /** Their size (bytes of binary bodies, characters of text ones), bounded by `maxInFlightBytes`. */
+  readonly inFlightBytes: number;
   /** Last time `receive` returned (ms). */
   readonly lastReceiveAt: number | undefined;
   /** Since when the oldest pending `receive` call has been waiting (ms); a hung poller shows here. */
@@ -172,6 +174,7 @@ export class Consumer<M extends RawMessage = RawMessage> {
     return {
       state: this.#state,
       inFlight: receiver?.inFlight ?? 0,
+      inFlightBytes: receiver?.inFlightBytes ?? 0,
       lastReceiveAt: receiver?.lastReceiveAt,
       receivingSince: receiver?.receivingSince,
       lastReceiveError: receiver?.lastReceiveError,
@@ -238,6 +241,7 @@ export class Consumer<M extends RawMessage = RawMessage> {
     const receiver = new ReceiveLoop({
       source,
       concurrency: this.settings.concurrency,
+      maxInFlightBytes: this.settings.maxInFlightBytes,
       logger: this.logger,
       handle: (batch, settled) => this.#handleBatch(source, batch, settled),
     });
@@ -288,7 +292,7 @@ export class Consumer<M extends RawMessage = RawMessage> {
    * One receive's messages: processed together (each kept invisible meanwhile), then each one
    * settled and reported as soon as its result is final; `settled` is called once per message.
    */
-  #handleBatch(source: SourceAdapter<M>, batch: readonly M[], settled: () => void): void {
+  #handleBatch(source: SourceAdapter<M>, batch: readonly M[], settled: (message: M) => void): void {
     const heartbeats = this.#heartbeats;
     const tracer = this.#tracer;
     const watches = heartbeats ? batch.map((m) => heartbeats.watch(m)) : undefined;
@@ -313,7 +317,7 @@ export class Consumer<M extends RawMessage = RawMessage> {
           if (reported[i]) continue;
           const watch = watches?.[i];
           if (watch) heartbeats?.unwatch(watch);
-          settled();
+          settled(batch[i] as M);
         }
       });
   }
@@ -330,7 +334,7 @@ export class Consumer<M extends RawMessage = RawMessage> {
     processed: ProcessResult,
     trace: DeliveryTrace | undefined,
     watch: HeartbeatWatch<M> | undefined,
-    settled: () => void,
+    settled: (message: M) => void,
   ): void {
     if (processed.outcome.kind === 'dead') {
       this.#final(message, processed, trace).then(
@@ -343,7 +347,7 @@ export class Consumer<M extends RawMessage = RawMessage> {
             { message_id: message.id, err: errorMessage(error) },
             'unexpected exception while settling a message',
           );
-          settled();
+          settled(message);
         },
       );
       return;
@@ -358,7 +362,7 @@ export class Consumer<M extends RawMessage = RawMessage> {
     message: M,
     result: ProcessResult,
     watch: HeartbeatWatch<M> | undefined,
-    settled: () => void,
+    settled: (message: M) => void,
   ): void {
     if (watch) this.#heartbeats?.unwatch(watch);
     let applying: Promise<void>;
@@ -385,7 +389,7 @@ export class Consumer<M extends RawMessage = RawMessage> {
    * would be an unhandled rejection, which ends the process): an `onSettled` that throws is
    * logged.
    */
-  #report(message: M, result: ProcessResult, settled: () => void): void {
+  #report(message: M, result: ProcessResult, settled: (message: M) => void): void {
     try {
       // A store outage fails every message the same way: said once (StoreHealth), not per message.
       this.#settledLog.note(result, message, this.#storeHealth.note(result));
@@ -403,7 +407,7 @@ export class Consumer<M extends RawMessage = RawMessage> {
         this.logger.error({ message_id: message.id, err: errorMessage(error) }, 'onSettled threw');
       }
     }
-    settled();
+    settled(message);
   }
 
   #memoryDedupe(): DedupeStore {

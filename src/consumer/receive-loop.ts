@@ -10,24 +10,49 @@ export interface ReceiveLoopOptions<M extends RawMessage> {
   readonly source: SourceAdapter<M>;
   /** Messages in flight at most. */
   readonly concurrency: number;
+  /**
+   * Size of the messages in flight at most (`messageSize`), 0 for no bound: no receive is asked
+   * for more than the room left, at the average size received so far. One message is always
+   * let in when nothing is in flight, however large.
+   */
+  readonly maxInFlightBytes?: number;
   readonly logger: Logger;
   /**
-   * Handles the messages of one receive to their end (settled), calling `settled` once per
-   * message as it is: its slot is free again then. Must not throw.
+   * Handles the messages of one receive to their end (settled), calling `settled(message)` once
+   * per message as it is: its slot (and its bytes) are free again then. Must not throw.
    */
-  readonly handle: (batch: readonly M[], settled: () => void) => void;
+  readonly handle: (batch: readonly M[], settled: (message: M) => void) => void;
+}
+
+/** Size of a message for `maxInFlightBytes`: bytes of a binary body, characters of a text one. */
+export function messageSize(message: RawMessage): number {
+  const { body } = message;
+  return typeof body === 'string' ? body.length : body.byteLength;
 }
 
 /**
+ * Weight of each received message in the running average size (an exponential moving average):
+ * the last few hundred messages count, so a change of traffic shows within a few receives.
+ */
+const AVERAGE_WEIGHT = 1 / 64;
+
+/**
  * Polling and slots: receives from a source while there is free capacity, never more than
- * `concurrency` messages in flight, and hands each message to `handle`. Several receives run at
- * once only when one batch cannot fill the free slots and the source allows it.
+ * `concurrency` messages in flight, nor more than `maxInFlightBytes` of them (by the average
+ * size, so one receive may overshoot by its last messages), and hands each message to `handle`.
+ * Several receives run at once only when one batch cannot fill the free slots and the source
+ * allows it.
  */
 export class ReceiveLoop<M extends RawMessage> {
   readonly #options: ReceiveLoopOptions<M>;
   #inFlight = 0;
   /** Slots promised to `receive` calls still pending (their `max`). */
   #reserved = 0;
+  #inFlightBytes = 0;
+  /** Bytes promised to pending receives: their `max` at the average size. */
+  #reservedBytes = 0;
+  /** Running average size of the messages received (0 before the first). */
+  #averageSize = 0;
   /** Pollers waiting for a free slot. */
   #slotWaiters: (() => void)[] = [];
   #idle: (() => void) | undefined;
@@ -44,6 +69,11 @@ export class ReceiveLoop<M extends RawMessage> {
 
   get inFlight(): number {
     return this.#inFlight;
+  }
+
+  /** Size of the messages in flight (`messageSize`). */
+  get inFlightBytes(): number {
+    return this.#inFlightBytes;
   }
 
   /** Last time `receive` returned (ms). */
@@ -92,20 +122,28 @@ export class ReceiveLoop<M extends RawMessage> {
     clearTimeout(deadline);
   }
 
-  /** One poller: receives into the free slots (minus those promised to other pending receives). */
+  /**
+   * One poller: receives into the free slots and the room the size bound leaves (minus what is
+   * promised to other pending receives).
+   */
   async #poll(): Promise<void> {
     const { source, concurrency } = this.#options;
     const signal = this.#abort.signal;
     let failures = 0;
     while (!signal.aborted && !this.#exhausted) {
-      const free = concurrency - this.#inFlight - this.#reserved;
-      if (free <= 0) {
+      const max = Math.min(
+        concurrency - this.#inFlight - this.#reserved,
+        this.#roomBySize(),
+        source.maxBatchSize,
+      );
+      if (max <= 0) {
         await new Promise<void>((resolve) => this.#slotWaiters.push(resolve));
         continue;
       }
-      const max = Math.min(free, source.maxBatchSize);
       const pending = { since: Date.now() };
+      const reservedBytes = max * this.#averageSize;
       this.#reserved += max;
+      this.#reservedBytes += reservedBytes;
       this.#receiving.add(pending);
       let batch: readonly M[] | null = [];
       let failure: { readonly error: unknown } | undefined;
@@ -115,6 +153,7 @@ export class ReceiveLoop<M extends RawMessage> {
         failure = { error };
       }
       this.#reserved -= max;
+      this.#reservedBytes -= reservedBytes;
       this.#receiving.delete(pending);
       // Slots promised to this receive and left unused are free for the other pollers. (They run
       // after this synchronous stretch, so they see the messages dispatched below.)
@@ -147,13 +186,39 @@ export class ReceiveLoop<M extends RawMessage> {
     return sleep(delay, this.#abort.signal);
   }
 
+  /**
+   * Messages the size bound leaves room for, at the average size: unbounded without a bound;
+   * until a message has been seen, one receive at a time (of a full batch: the size is unknown,
+   * so the first receive may overshoot the bound as any receive may); then at least one when
+   * nothing is in flight or promised.
+   */
+  #roomBySize(): number {
+    const bound = this.#options.maxInFlightBytes ?? 0;
+    if (bound <= 0) return Number.POSITIVE_INFINITY;
+    if (this.#averageSize === 0) return this.#reserved === 0 ? Number.POSITIVE_INFINITY : 0;
+    const used = this.#inFlightBytes + this.#reservedBytes;
+    if (used === 0) return Math.max(1, Math.floor(bound / this.#averageSize));
+    return Math.floor((bound - used) / this.#averageSize);
+  }
+
   #dispatch(batch: readonly M[]): void {
     this.#inFlight += batch.length;
+    const sizeWasUnknown = this.#averageSize === 0;
+    let average = this.#averageSize;
+    for (const message of batch) {
+      const size = messageSize(message);
+      this.#inFlightBytes += size;
+      average = average === 0 ? size : average + (size - average) * AVERAGE_WEIGHT;
+    }
+    this.#averageSize = average;
+    // The pollers held back until a size was known may receive now.
+    if (sizeWasUnknown) this.#wakePollers();
     this.#options.handle(batch, this.#settled);
   }
 
-  readonly #settled = (): void => {
+  readonly #settled = (message: M): void => {
     this.#inFlight--;
+    this.#inFlightBytes -= messageSize(message);
     this.#wakePollers();
     if (this.#inFlight === 0) this.#idle?.();
   };

@@ -8,6 +8,9 @@ import { DEFAULT_LEASE_MS, DEFAULT_RETENTION_MS } from '../dedupe/types.js';
 
 const positiveInt = z.number().int().positive();
 
+/** See `maxInFlightBytes`; measured in docs/performance-log.md ("Large events in a long run"). */
+export const DEFAULT_MAX_IN_FLIGHT_BYTES = 2 * 1024 * 1024;
+
 /** Abandoned claims of one event before it is dead-lettered as HANDLER_ABANDONED. */
 export const DEFAULT_MAX_ABANDONED_CLAIMS = 3;
 
@@ -18,6 +21,12 @@ export const DEFAULT_MAX_ABANDONED_CLAIMS = 3;
 export const consumerSettingsSchema = z.strictObject({
   /** Messages processed at once. */
   concurrency: positiveInt.max(10_000).default(16),
+  /**
+   * Size of the messages in flight at most (bytes of binary bodies, characters of text ones),
+   * 0 for no bound beside `concurrency`. Bounds memory, and keeps large events from filling V8's
+   * young generation (docs/deployment.md, "Large events").
+   */
+  maxInFlightBytes: z.number().int().nonnegative().default(DEFAULT_MAX_IN_FLIGHT_BYTES),
   /** Messages larger than this are dead-lettered before any HMAC (ENVELOPE_TOO_LARGE). */
   maxEnvelopeBytes: positiveInt.default(DEFAULT_MAX_ENVELOPE_BYTES),
   /** Oldest accepted `signed_at`, in seconds (spec: 5 minutes). */

@@ -8,6 +8,8 @@ import type { DedupeStore } from '../dedupe/types.js';
 export interface ConsumerMetricsOptions {
   readonly registry?: Registry;
   readonly inFlight?: () => number;
+  /** Size of the messages in flight (the consumer's `status.inFlightBytes`). */
+  readonly inFlightBytes?: () => number;
   readonly ready?: () => boolean;
   /** Whether the dedupe store answers (the consumer's `status.dedupeAvailable`). */
   readonly dedupeAvailable?: () => boolean;
@@ -189,12 +191,12 @@ export function collectProcessMetrics(registry: Registry): void {
 }
 
 /**
- * Gauges read when scraped: when counting started, messages in flight, whether /readyz would
+ * Gauges read when scraped: when counting started, messages in flight and their size, whether /readyz would
  * answer 200, the store's state.
  */
 function registerStateGauges(
   registers: Registry[],
-  { inFlight, ready, dedupeAvailable }: ConsumerMetricsOptions,
+  { inFlight, inFlightBytes, ready, dedupeAvailable }: ConsumerMetricsOptions,
 ): void {
   // Ours, not process_start_time_seconds: a partner's collectDefaultMetrics() registers that name,
   // and prom-client throws on a second one in a registry (or in Registry.merge). It is also the
@@ -214,6 +216,14 @@ function registerStateGauges(
     registers,
     collect() {
       this.set(inFlight?.() ?? 0);
+    },
+  });
+  new Gauge({
+    name: 'partner_events_in_flight_bytes',
+    help: 'Size of the messages being processed now (bytes; characters of text bodies), bounded by maxInFlightBytes.',
+    registers,
+    collect() {
+      this.set(inFlightBytes?.() ?? 0);
     },
   });
   new Gauge({
