@@ -47,8 +47,10 @@ const raws = makeEnvelopes(size.bytes, n);
 const sides = {
   base: () => base.runPipelineOnce(raws, concurrency),
   'this tree': () => runPipelineOnce(raws, concurrency),
-  floor: () => runFloorOnce(raws, { complete: false, batch: floorBatchFor(concurrency) }),
-  'floor+c': () => runFloorOnce(raws, { complete: true, batch: floorBatchFor(concurrency) }),
+  floor: () =>
+    runFloorOnce(raws, { complete: false, batch: floorBatchFor(concurrency, (raws[0] as string).length) }),
+  'floor+c': () =>
+    runFloorOnce(raws, { complete: true, batch: floorBatchFor(concurrency, (raws[0] as string).length) }),
 } as const;
 type Side = keyof typeof sides;
 const names = Object.keys(sides) as Side[];

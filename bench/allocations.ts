@@ -32,7 +32,8 @@ const raws = makeEnvelopes(size.bytes, n);
 const concurrency = 64;
 const sides = {
   pipeline: () => runPipelineOnce(raws, concurrency),
-  'floor+c': () => runFloorOnce(raws, { complete: true, batch: floorBatchFor(concurrency) }),
+  'floor+c': () =>
+    runFloorOnce(raws, { complete: true, batch: floorBatchFor(concurrency, (raws[0] as string).length) }),
 } as const;
 
 const session = new Session();

@@ -128,8 +128,10 @@ const raws = makeEnvelopes(size.bytes, n);
 const sides = {
   bound: () => runBoundOnce(raws),
   pipeline: () => runPipelineOnce(raws, BATCH),
-  floor: () => runFloorOnce(raws, { complete: false, batch: floorBatchFor(BATCH) }),
-  'floor+c': () => runFloorOnce(raws, { complete: true, batch: floorBatchFor(BATCH) }),
+  floor: () =>
+    runFloorOnce(raws, { complete: false, batch: floorBatchFor(BATCH, (raws[0] as string).length) }),
+  'floor+c': () =>
+    runFloorOnce(raws, { complete: true, batch: floorBatchFor(BATCH, (raws[0] as string).length) }),
 } as const;
 type Side = keyof typeof sides;
 const names = Object.keys(sides) as Side[];

@@ -8,6 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createMemorySource } from '../adapters/memory/index.js';
 import { createConsumer } from '../src/consumer/consumer.js';
+import { DEFAULT_MAX_IN_FLIGHT_BYTES } from '../src/consumer/settings.js';
 import { type EventType, eventSchemas } from '../src/core/events/schemas.js';
 import { silentLogger } from '../src/core/logger.js';
 import { createSqliteDedupe } from '../src/dedupe/sqlite.js';
@@ -207,6 +208,8 @@ export async function measureHeapPerInFlight(raws: readonly string[], concurrenc
       logger: silentLogger(),
       deadLetter: join(dir, 'dead-letters.jsonl'),
       concurrency,
+      // `concurrency` events held, whatever their size (what one event in flight holds is the figure).
+      maxInFlightBytes: 0,
     });
     const held: (() => void)[] = [];
     let allHeld: () => void = () => {};
@@ -248,14 +251,16 @@ function withResolvers(): { promise: Promise<void>; resolve: () => void } {
 const LEASE_MS = 60_000;
 
 /**
- * Events per transaction of the floors run beside a pipeline of `concurrency`: the most the
- * pipeline can claim in one transaction (its messages in flight, at most one receive of the
- * memory source). A floor that commits more per transaction does less work per event than any
- * pipeline at that concurrency can: at 300 B, 100 per transaction ran 5-9 % faster than 64
- * (docs/performance-log.md, "The floors' transactions").
+ * Events per transaction of the floors run beside a pipeline of `concurrency` over envelopes of
+ * `envelopeLength` characters: the most the pipeline can claim in one transaction (its messages
+ * in flight: `concurrency`, or fewer where the default `maxInFlightBytes` binds, as with 64 KB
+ * bodies; at most one receive of the memory source). A floor that commits more per transaction
+ * does less work per event than any pipeline at that concurrency can: at 300 B, 100 per
+ * transaction ran 5-9 % faster than 64 (docs/performance-log.md, "The floors' transactions").
  */
-export function floorBatchFor(concurrency: number): number {
-  return Math.min(concurrency, createMemorySource().maxBatchSize);
+export function floorBatchFor(concurrency: number, envelopeLength: number): number {
+  const bySize = Math.max(1, Math.floor(DEFAULT_MAX_IN_FLIGHT_BYTES / envelopeLength));
+  return Math.min(concurrency, bySize, createMemorySource().maxBatchSize);
 }
 
 /**
@@ -372,7 +377,7 @@ async function runSides(
 ): Promise<PipelineSizeResult> {
   const doPipeline = options.only !== 'floor';
   const doFloor = options.only !== 'pipeline';
-  const batch = floorBatchFor(options.concurrency);
+  const batch = floorBatchFor(options.concurrency, (raws[0] as string).length);
   gc();
   const before = process.memoryUsage();
   const warmRaws = raws.slice(0, Math.min(options.warmupN, raws.length));

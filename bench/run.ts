@@ -28,13 +28,7 @@ import { parseArgs } from 'node:util';
 import { type ConsoleBenchResult, consoleJson, runConsoleSection } from './console.js';
 import { type DedupeBenchRow, runDedupeBench } from './dedupe.js';
 import { SIZES, sizeByLabel } from './fixtures.js';
-import {
-  floorBatchFor,
-  type PipelineSizeResult,
-  type RatioSpread,
-  type RunSeries,
-  spread,
-} from './pipeline.js';
+import { type PipelineSizeResult, type RatioSpread, type RunSeries, spread } from './pipeline.js';
 import { type RedisBenchResult, redisJson, runRedisSection } from './redis.js';
 import { printServerlessRows, runServerlessBench, type ServerlessRow } from './serverless.js';
 import { runSidecarBench, type SidecarRow } from './sidecar.js';
@@ -211,13 +205,16 @@ if (runPipeline) {
     '    pipeline = MemorySource({ endWhenEmpty }) → createConsumer(createSqliteDedupe, no-op handler), start() → stopped',
   );
   console.log(
-    `    floor    = bare loop: JSON.parse, HMAC (KeyObject) + timingSafeEqual, JSON.parse, zod parse, INSERT ×${floorBatchFor(CONCURRENCY)}/tx`,
+    '    floor    = bare loop: JSON.parse, HMAC (KeyObject) + timingSafeEqual, JSON.parse, zod parse, INSERT ×N/tx',
   );
   console.log(
     "               (into a file the SQLite dedupe store created: same tables, index, page size, WAL; store's pragmas;",
   );
   console.log(
-    '               as many events per transaction as the pipeline holds in flight, the most it can claim at once)',
+    `               N = as many events per transaction as the pipeline holds in flight, the most it can claim at once:`,
+  );
+  console.log(
+    `               ${CONCURRENCY}, or fewer where the default maxInFlightBytes (2 MiB) binds; printed below the table)`,
   );
   console.log(
     "    floor+c  = floor with the store's own claim and complete statements instead of the INSERT (SQLITE_STATEMENTS)",
@@ -298,6 +295,8 @@ if (runPipeline) {
     const perRep = floorClaimComplete.runs.map((x, i) => x / (floor.runs[i] as number));
     return [`${r.size} ${ratioCell(spread(perRep))}`];
   });
+  const transactions = pipelineResults.map((r) => `${r.size} ×${r.floorBatch}`);
+  if (transactions.length > 0) console.log(`    the floors' transactions (N): ${transactions.join(', ')}`);
   if (floorsAgainstEachOther.length > 0) {
     console.log(
       `    the floors against each other, floor+c ÷ floor (no kit code in either; its spread is the machine's): ${floorsAgainstEachOther.join(', ')}`,
