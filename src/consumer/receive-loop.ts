@@ -12,8 +12,8 @@ export interface ReceiveLoopOptions<M extends RawMessage> {
   readonly concurrency: number;
   /**
    * Size of the messages in flight at most (`messageSize`), 0 for no bound: no receive is asked
-   * for more than the room left, at the average size received so far. One message is always
-   * let in when nothing is in flight, however large.
+   * for more than the room left, at the average size received so far (`#roomBySize`). One
+   * message is always let in when nothing is in flight, however large.
    */
   readonly maxInFlightBytes?: number;
   readonly logger: Logger;
@@ -25,7 +25,7 @@ export interface ReceiveLoopOptions<M extends RawMessage> {
 }
 
 /** Size of a message for `maxInFlightBytes`: bytes of a binary body, characters of a text one. */
-export function messageSize(message: RawMessage): number {
+function messageSize(message: RawMessage): number {
   const { body } = message;
   return typeof body === 'string' ? body.length : body.byteLength;
 }
