@@ -23,7 +23,7 @@ import {
 } from '../src/core/errors.js';
 import { type AbortCause, DEFAULT_RETRY_POLICY, decide, type Facts } from '../src/core/outcome.js';
 import { createSqliteDedupe } from '../src/dedupe/sqlite.js';
-import { ConsumerMetrics } from '../src/sidecar/metrics.js';
+import { ConsumerMetrics, collectProcessMetrics } from '../src/sidecar/metrics.js';
 import { postEnvelope, startApp, startRun } from './support/cli.js';
 import { tempDir } from './support/harness.js';
 
@@ -161,6 +161,7 @@ describe('alert rules and dashboard', () => {
       'PartnerEventsDedupeUnavailable',
       'PartnerEventsDown',
       'PartnerEventsEventAgeHigh',
+      'PartnerEventsGcBound',
       'PartnerEventsNotReady',
       'PartnerEventsSignatureMismatchRising',
     ]);
@@ -200,7 +201,12 @@ describe('alert rules and dashboard', () => {
 
   it('test the alerts on series shaped like /metrics: its names, codes, buckets and series at 0 from the start', async () => {
     const registry = new ConsumerMetrics().registry;
-    const families = new Set(registry.getMetricsAsArray().map((m) => m.name));
+    // run's /metrics also has the process's own (PartnerEventsGcBound reads two of them).
+    const processMetrics = new Registry();
+    collectProcessMetrics(processMetrics);
+    const families = new Set(
+      [...registry.getMetricsAsArray(), ...processMetrics.getMetricsAsArray()].map((m) => m.name),
+    );
     const ageBuckets = (await registry.getSingleMetric('partner_events_event_age_seconds')?.get())?.values
       .filter((v) => v.labels.le !== undefined) // the _bucket values (not _sum, _count)
       .map((v) => String(v.labels.le));
