@@ -32,7 +32,8 @@ function messageSize(message: RawMessage): number {
 
 /**
  * Weight of each received message in the running average size (an exponential moving average):
- * the last few hundred messages count, so a change of traffic shows within a few receives.
+ * a message 64 receipts old counts 0.37 of the newest, 200 old 0.04, so a change of traffic
+ * shows within a few receives while one odd message moves it little.
  */
 const AVERAGE_WEIGHT = 1 / 64;
 
