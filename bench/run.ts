@@ -211,7 +211,7 @@ if (runPipeline) {
     "               (into a file the SQLite dedupe store created: same tables, index, page size, WAL; store's pragmas;",
   );
   console.log(
-    `               N = as many events per transaction as the pipeline holds in flight, the most it can claim at once:`,
+    '               N = as many events per transaction as the pipeline holds in flight, the most it can claim at once:',
   );
   console.log(
     `               ${CONCURRENCY}, or fewer where the default maxInFlightBytes (2 MiB) binds; printed below the table)`,
