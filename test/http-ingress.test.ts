@@ -159,6 +159,41 @@ describe('HTTP ingress body deadline', () => {
     expect(ingress.bufferedBytes).toBe(0);
   });
 
+  it('a body over maxBodyBytes gets 413, and the connection stays open while the sender sends the rest', async () => {
+    source = await createHttpIngress({ port: 0, maxBodyBytes: 1000, bodyTimeoutMs: 5000 });
+    for (const declared of [true, false]) {
+      // Declared too large (refused before a byte is read), or found too large while reading.
+      const sender = slowPost(source.url, declared ? { contentLength: 5000 } : {});
+      await sender.send(declared ? 500 : 1500);
+      const answer = await sender.answer;
+      expect(answer).toMatchObject({
+        status: 413,
+        body: { outcome: 'rejected', code: 'ENVELOPE_TOO_LARGE' },
+      });
+      let closedEarly = false;
+      void sender.closed.then(() => {
+        closedEarly = true;
+      });
+      // The sender is still sending: were the connection closed now, these writes would be reset.
+      for (let i = 0; i < 9; i++) {
+        await new Promise((resolve) => setTimeout(resolve, 20));
+        await sender.send(500);
+        expect(closedEarly).toBe(false);
+      }
+      sender.end();
+      expect(source.bufferedBytes).toBe(0);
+      sender.destroy();
+    }
+  });
+
+  it('a refused body still arriving at bodyTimeoutMs is disconnected', async () => {
+    source = await createHttpIngress({ port: 0, maxBodyBytes: 1000, bodyTimeoutMs: 200 });
+    const sender = slowPost(source.url, { contentLength: 1_000_000 });
+    await sender.send(100);
+    expect((await sender.answer).status).toBe(413);
+    await sender.closed; // without the deadline, the test would time out here
+  });
+
   it('does not touch a request whose body arrived, however long the worker then takes', async () => {
     source = await createHttpIngress({ port: 0, bodyTimeoutMs: 200 });
     const ingress = source;

@@ -146,7 +146,10 @@ export class HttpIngressSource implements SourceAdapter<HttpMessage> {
   #accept(req: IncomingMessage, res: ServerResponse): void {
     if (this.#refused(req, res)) return;
     const declared = Number(req.headers['content-length'] ?? 0);
-    if (declared > this.#maxBodyBytes) return void this.#tooLarge(req, res, declared);
+    if (declared > this.#maxBodyBytes) {
+      this.#tooLarge(res, declared);
+      return void this.#discard(req);
+    }
     this.#readBody(req, res, declared);
   }
 
@@ -202,8 +205,7 @@ export class HttpIngressSource implements SourceAdapter<HttpMessage> {
       if (size + chunk.length > this.#maxBodyBytes) {
         const seen = size + chunk.length;
         release();
-        clearTimeout(deadline); // #tooLarge closes the connection
-        return void this.#tooLarge(req, res, seen);
+        return void this.#tooLarge(res, seen); // the rest is discarded, within the deadline
       }
       if (this.#bufferedBytes + chunk.length > this.#maxBufferedBytes) {
         release();
@@ -261,15 +263,24 @@ export class HttpIngressSource implements SourceAdapter<HttpMessage> {
     });
   }
 
-  #tooLarge(req: IncomingMessage, res: ServerResponse, size: number): void {
-    if (!res.writableEnded) {
-      res.setHeader('connection', 'close');
-      reply(res, 413, {
-        outcome: 'rejected',
-        code: 'ENVELOPE_TOO_LARGE',
-        reason: `body is ${size} bytes or more, the limit is ${this.#maxBodyBytes}`,
-      });
-    }
+  /**
+   * A body over `maxBodyBytes`. The connection stays open while the rest of the body arrives (and
+   * is thrown away), as for #full: closed while the sender still sends, it would be reset and the
+   * 413 lost. The body deadline bounds how long that may take.
+   */
+  #tooLarge(res: ServerResponse, size: number): void {
+    if (res.writableEnded) return;
+    reply(res, 413, {
+      outcome: 'rejected',
+      code: 'ENVELOPE_TOO_LARGE',
+      reason: `body is ${size} bytes or more, the limit is ${this.#maxBodyBytes}`,
+    });
+  }
+
+  /** Reads and throws away a refused body; a sender still sending at the body deadline is disconnected. */
+  #discard(req: IncomingMessage): void {
+    const deadline = setTimeout(() => req.socket.destroy(), this.#bodyTimeoutMs);
+    req.once('close', () => clearTimeout(deadline));
     req.resume();
   }
 }
