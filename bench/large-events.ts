@@ -19,11 +19,9 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { createMemorySource } from '../adapters/memory/index.js';
-import { createConsumer } from '../src/consumer/consumer.js';
 import { DEFAULT_MAX_IN_FLIGHT_BYTES } from '../src/consumer/settings.js';
-import { silentLogger } from '../src/core/logger.js';
-import { createSqliteDedupe } from '../src/dedupe/sqlite.js';
-import { EVENT_TYPE, makeEnvelopes, OUR_SECRET, sizeByLabel } from './fixtures.js';
+import { EVENT_TYPE, makeEnvelopes, sizeByLabel } from './fixtures.js';
+import { benchConsumer } from './pipeline.js';
 import { fmtFixed, fmtInt, median, table } from './stats.js';
 
 const { values } = parseArgs({
@@ -56,12 +54,7 @@ async function runChild(): Promise<ChildResult> {
   try {
     const source = createMemorySource();
     const maxInFlightBytes = values['max-in-flight-bytes'];
-    const consumer = createConsumer({
-      source,
-      secrets: [{ id: 'current', secret: OUR_SECRET }],
-      dedupe: createSqliteDedupe({ path: join(dir, 'dedupe.sqlite') }),
-      logger: silentLogger(),
-      deadLetter: join(dir, 'dead-letters.jsonl'),
+    const consumer = benchConsumer(source, dir, {
       concurrency: Number(values.concurrency),
       ...(maxInFlightBytes === undefined ? {} : { maxInFlightBytes: Number(maxInFlightBytes) }),
     });

@@ -6,8 +6,8 @@ import { createHmac, createSecretKey, timingSafeEqual } from 'node:crypto';
 import { copyFileSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { createMemorySource } from '../adapters/memory/index.js';
-import { createConsumer } from '../src/consumer/consumer.js';
+import { createMemorySource, type MemoryMessage, type MemorySource } from '../adapters/memory/index.js';
+import { type Consumer, type ConsumerOptions, createConsumer } from '../src/consumer/consumer.js';
 import { DEFAULT_MAX_IN_FLIGHT_BYTES } from '../src/consumer/settings.js';
 import { type EventType, eventSchemas } from '../src/core/events/schemas.js';
 import { silentLogger } from '../src/core/logger.js';
@@ -134,6 +134,25 @@ function sampleMemory(peak: Peak): () => void {
   };
 }
 
+/**
+ * The consumer every pipeline bench runs: the memory source, our secret, SQLite dedupe and the
+ * dead letters in `dir`, no logs; `settings` on top.
+ */
+export function benchConsumer(
+  source: MemorySource,
+  dir: string,
+  settings: Omit<ConsumerOptions<MemoryMessage>, 'source' | 'secrets' | 'dedupe' | 'logger' | 'deadLetter'>,
+): Consumer<MemoryMessage> {
+  return createConsumer({
+    source,
+    secrets: [{ id: 'current', secret: OUR_SECRET }],
+    dedupe: createSqliteDedupe({ path: join(dir, 'dedupe.sqlite') }),
+    logger: silentLogger(),
+    deadLetter: join(dir, 'dead-letters.jsonl'),
+    ...settings,
+  });
+}
+
 /** One timed pipeline run over `raws`; returns elapsed ms from start() to `stopped`. */
 export async function runPipelineOnce(
   raws: readonly string[],
@@ -153,15 +172,7 @@ export async function runPipelineOnce(
     if (template) copyFileSync(template, join(dir, 'dedupe.sqlite'));
     const source = createMemorySource({ endWhenEmpty: true });
     for (const raw of raws) source.send(raw);
-    const consumer = createConsumer({
-      source,
-      secrets: [{ id: 'current', secret: OUR_SECRET }],
-      dedupe: createSqliteDedupe({ path: join(dir, 'dedupe.sqlite') }),
-      logger: silentLogger(),
-      deadLetter: join(dir, 'dead-letters.jsonl'),
-      concurrency,
-      tracing,
-    });
+    const consumer = benchConsumer(source, dir, { concurrency, tracing });
     consumer.on(EVENT_TYPE, () => {});
     gc();
     const stopSampling = peak ? sampleMemory(peak) : undefined;
@@ -201,16 +212,8 @@ export async function measureHeapPerInFlight(raws: readonly string[], concurrenc
   const dir = freshDir();
   try {
     const source = createMemorySource({ endWhenEmpty: true });
-    const consumer = createConsumer({
-      source,
-      secrets: [{ id: 'current', secret: OUR_SECRET }],
-      dedupe: createSqliteDedupe({ path: join(dir, 'dedupe.sqlite') }),
-      logger: silentLogger(),
-      deadLetter: join(dir, 'dead-letters.jsonl'),
-      concurrency,
-      // `concurrency` events held, whatever their size (what one event in flight holds is the figure).
-      maxInFlightBytes: 0,
-    });
+    // `concurrency` events held, whatever their size (what one event in flight holds is the figure).
+    const consumer = benchConsumer(source, dir, { concurrency, maxInFlightBytes: 0 });
     const held: (() => void)[] = [];
     let allHeld: () => void = () => {};
     const reached = new Promise<void>((resolve) => {
