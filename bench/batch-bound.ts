@@ -2,10 +2,12 @@
  * How close to the floor a consumer built another way could get: the least machinery a
  * batch-at-a-time consumer would have (docs/performance-log.md, "A receive as one batch").
  *
- * Per receive of 64 messages from the memory source: verify each (`verifyMessage`), claim all in
- * ONE transaction of the store's own claim statement, validate each body and call a no-op
- * handler, decide each outcome, complete all in ONE transaction of the store's complete
- * statements, settle each message. No promise per event, no per-event store call, no router, no
+ * Per receive of as many messages as the pipeline holds in flight (64, or fewer where the
+ * default `maxInFlightBytes` binds: 27 at 64 KB) from the memory source: verify each
+ * (`verifyMessage`), claim all in ONE transaction of the store's own claim statement, validate
+ * each body and call a no-op handler, decide each outcome, complete all in ONE transaction of the
+ * store's complete statements, each after a turn of the event loop (as the store's group commit
+ * of small batches waits), settle each message. No promise per event, no per-event store call, no router, no
  * lease keeper, no tracing, no logging: everything the real pipeline does per event beyond that
  * is left out. Run beside the pipeline and both floors, interleaved:
  *
@@ -78,13 +80,15 @@ export async function runBoundOnce(raws: readonly string[]): Promise<Timed> {
     for (const raw of raws) source.send(raw);
     const signal = new AbortController().signal;
     const handler = (_event: unknown) => {};
+    // As many as the pipeline holds in flight (its default maxInFlightBytes binds for large events).
+    const receiveSize = floorBatchFor(BATCH, (raws[0] as string).length);
 
     // As the pipeline's and the floors' runs do: a full GC first, its sweeping done by the timing.
     (globalThis as { gc?: () => void }).gc?.();
     const cpu = process.cpuUsage();
     const started = performance.now();
     for (;;) {
-      const batch = await source.receive(BATCH, signal);
+      const batch = await source.receive(receiveSize, signal);
       if (batch === null) break;
       const verified = batch.map((m) =>
         verifyMessage(m.body, {

@@ -69,6 +69,7 @@ export { matchSignature, sign } from './core/signature.js';
 export type { RawMessage, SourceAdapter } from './core/source-adapter.js';
 export { type VerifiedMessage, type VerifyOptions, verifyMessage } from './core/verify.js';
 export {
+  type BatchCallOptions,
   type ClaimResult,
   createMemoryDedupe,
   createSqliteDedupe,

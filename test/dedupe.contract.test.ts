@@ -436,6 +436,34 @@ describe('SqliteDedupeStore only', () => {
     }
   });
 
+  it('a batch call with commitAtOnce commits before the next turn of the event loop, with the calls queued before it; without it, it waits for that turn', async () => {
+    const store = openTracked();
+    token(await store.claim('warm-up', LEASE));
+    const order: string[] = [];
+    setImmediate(() => order.push('turn'));
+    const single = store.claim('evt-single', LEASE).then(() => order.push('single'));
+    const claims = store.claimMany(['evt-a', 'evt-b'], LEASE, { commitAtOnce: true }).then((r) => {
+      order.push('claimMany');
+      return r;
+    });
+    const [, claimed] = await Promise.all([single, claims]);
+    expect(order).toEqual(['single', 'claimMany']);
+    const held = claimed.map((r, i) => ({ eventId: i === 0 ? 'evt-a' : 'evt-b', token: token(r) }));
+    await store.completeMany(held, RETENTION, { commitAtOnce: true }).then(() => order.push('completeMany'));
+    expect(order).toEqual(['single', 'claimMany', 'completeMany']);
+    expect(await store.peek('evt-a')).toBe('done');
+    await new Promise(setImmediate);
+    expect(order).toEqual(['single', 'claimMany', 'completeMany', 'turn']);
+
+    // Without it the batch waits for the turn, to share its commit with the calls made meanwhile.
+    const order2: string[] = [];
+    setImmediate(() => order2.push('turn'));
+    const batch = store.claimMany(['evt-c', 'evt-d'], LEASE).then(() => order2.push('claimMany'));
+    const later = store.claimMany(['evt-e'], LEASE, {}).then(() => order2.push('claimMany {}'));
+    await Promise.all([batch, later]);
+    expect(order2).toEqual(['turn', 'claimMany', 'claimMany {}']);
+  });
+
   it('first claims write only the small leases table: 64 of them, a handful of pages (not one or two each)', async () => {
     const store = openTracked();
     // Random ids (no common prefix: they must spread over the table as real event ids do).

@@ -3,7 +3,7 @@ import { type Logger, pino } from 'pino';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { createMemorySource, type MemoryMessage } from '../adapters/memory/index.js';
 import { createConsumer } from '../src/consumer/consumer.js';
-import { Pipeline, type PipelineSettings } from '../src/consumer/pipeline.js';
+import { COMMIT_AT_ONCE_BYTES, Pipeline, type PipelineSettings } from '../src/consumer/pipeline.js';
 import { Router } from '../src/consumer/router.js';
 import {
   createTestEnvelope,
@@ -18,8 +18,8 @@ import { createLogger, silentLogger } from '../src/core/logger.js';
 import type { Outcome } from '../src/core/outcome.js';
 import { Keyring } from '../src/core/secrets.js';
 import type { SourceAdapter } from '../src/core/source-adapter.js';
-import { createMemoryDedupe, type MemoryDedupeStore } from '../src/dedupe/memory.js';
-import type { DedupeStore } from '../src/dedupe/types.js';
+import { createMemoryDedupe, MemoryDedupeStore } from '../src/dedupe/memory.js';
+import type { BatchCallOptions, ClaimResult, DedupeStore, HeldClaim } from '../src/dedupe/types.js';
 import { type Harness, harness } from './support/harness.js';
 
 const SETTINGS: PipelineSettings = {
@@ -116,6 +116,91 @@ describe('only the signed part is trusted', () => {
     expect(claim).not.toHaveBeenCalled();
     for (const b of bad) expect(await dedupe.peek(b.eventId)).toBe('absent');
     expect(handler).not.toHaveBeenCalled();
+  });
+});
+
+/** The memory store, noting how each batch call asked to be committed. */
+class CommitRecordingDedupe extends MemoryDedupeStore {
+  readonly calls: { readonly call: string; readonly events: number; readonly atOnce: boolean }[] = [];
+
+  override claimMany(
+    ids: readonly string[],
+    leaseMs: number,
+    options?: BatchCallOptions,
+  ): Promise<ClaimResult[]> {
+    this.calls.push({ call: 'claimMany', events: ids.length, atOnce: options?.commitAtOnce === true });
+    return super.claimMany(ids, leaseMs);
+  }
+
+  override completeMany(
+    claims: readonly HeldClaim[],
+    retentionMs: number,
+    options?: BatchCallOptions,
+  ): Promise<boolean[]> {
+    this.calls.push({ call: 'completeMany', events: claims.length, atOnce: options?.commitAtOnce === true });
+    return super.completeMany(claims, retentionMs);
+  }
+}
+
+describe('large batches commit at once', () => {
+  /** `n` envelopes whose raw texts hold `each` characters or a little more. */
+  const envelopes = (n: number, each: number) =>
+    Array.from({ length: n }, () => {
+      const padding = 'x'.repeat(Math.max(0, each - 400));
+      return createTestEnvelope('daily.data.heart_rate.created', { fields: { raw_data: { padding } } }).raw;
+    });
+
+  it('asks the store to commit without waiting a turn when the batch holds COMMIT_AT_ONCE_BYTES or more, and to wait otherwise', async () => {
+    const handler = vi.fn();
+    const dedupe = new CommitRecordingDedupe();
+    const { pipeline: p } = pipeline(new Router().on('daily.data.heart_rate.created', handler), { dedupe });
+    const run = (raws: readonly (string | Uint8Array)[]) =>
+      p.processBatch(
+        raws.map((r) => message(r)),
+        () => {},
+      );
+
+    const small = envelopes(8, 2048);
+    await run(small);
+    // Just under and just over the bound, counted as the bodies' lengths (characters of text).
+    const each = Math.ceil(COMMIT_AT_ONCE_BYTES / 8);
+    const under = envelopes(8, each - 600);
+    const over = envelopes(8, each);
+    expect(under.reduce((sum, r) => sum + r.length, 0)).toBeLessThan(COMMIT_AT_ONCE_BYTES);
+    expect(over.reduce((sum, r) => sum + r.length, 0)).toBeGreaterThanOrEqual(COMMIT_AT_ONCE_BYTES);
+    await run(under);
+    await run(over);
+    // Binary bodies count their bytes (new events: the ones above are done).
+    await run(envelopes(8, each).map((r) => new TextEncoder().encode(r)));
+
+    expect(handler).toHaveBeenCalledTimes(32);
+    expect(dedupe.calls).toEqual([
+      { call: 'claimMany', events: 8, atOnce: false },
+      { call: 'completeMany', events: 8, atOnce: false },
+      { call: 'claimMany', events: 8, atOnce: false },
+      { call: 'completeMany', events: 8, atOnce: false },
+      { call: 'claimMany', events: 8, atOnce: true },
+      { call: 'completeMany', events: 8, atOnce: true },
+      { call: 'claimMany', events: 8, atOnce: true },
+      { call: 'completeMany', events: 8, atOnce: true },
+    ]);
+  });
+
+  it('counts only the messages that reach their claim: a large batch of forgeries asks nothing of the store', async () => {
+    const dedupe = new CommitRecordingDedupe();
+    const { pipeline: p } = pipeline(new Router().on('*', vi.fn()), { dedupe });
+    const forged = envelopes(8, Math.ceil(COMMIT_AT_ONCE_BYTES / 8)).map((r) =>
+      r.replace(/"signature":"[0-9a-f]/, '"signature":"g'),
+    );
+    const good = envelopes(2, 2048);
+    await p.processBatch(
+      [...forged, ...good].map((r) => message(r)),
+      () => {},
+    );
+    expect(dedupe.calls).toEqual([
+      { call: 'claimMany', events: 2, atOnce: false },
+      { call: 'completeMany', events: 2, atOnce: false },
+    ]);
   });
 });
 

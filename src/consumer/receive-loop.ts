@@ -1,7 +1,7 @@
 import type { Logger } from 'pino';
 import { type BackoffOptions, backoff } from '../core/backoff.js';
 import { errorMessage } from '../core/errors.js';
-import type { RawMessage, SourceAdapter } from '../core/source-adapter.js';
+import { messageSize, type RawMessage, type SourceAdapter } from '../core/source-adapter.js';
 
 /** After a failed receive: 0.5 s, doubling to 30 s (exact: one poller per source, nothing to spread). */
 const RECEIVE_BACKOFF: BackoffOptions = { baseMs: 500, maxMs: 30_000, jitter: 'none' };
@@ -22,12 +22,6 @@ export interface ReceiveLoopOptions<M extends RawMessage> {
    * per message as it is: its slot (and its bytes) are free again then. Must not throw.
    */
   readonly handle: (batch: readonly M[], settled: (message: M) => void) => void;
-}
-
-/** Size of a message for `maxInFlightBytes`: bytes of a binary body, characters of a text one. */
-function messageSize(message: RawMessage): number {
-  const { body } = message;
-  return typeof body === 'string' ? body.length : body.byteLength;
 }
 
 /**
@@ -123,6 +117,12 @@ export class ReceiveLoop<M extends RawMessage> {
     clearTimeout(deadline);
   }
 
+  /** Whether the event loop turned since the last receive began (see `#poll`): at most one mark is pending. */
+  #turned = true;
+  readonly #markTurned = (): void => {
+    this.#turned = true;
+  };
+
   /**
    * One poller: receives into the free slots and the room the size bound leaves (minus what is
    * promised to other pending receives).
@@ -141,6 +141,15 @@ export class ReceiveLoop<M extends RawMessage> {
         await new Promise<void>((resolve) => this.#slotWaiters.push(resolve));
         continue;
       }
+      // A source that answers without I/O (the memory source, posted HTTP requests) would let a
+      // busy consumer go from receive to receive without the event loop turning: timers (lease
+      // extensions, heartbeats), the ops server and signals would wait for the whole backlog.
+      if (!this.#turned) {
+        await nextTurn();
+        continue; // the room may have changed meanwhile
+      }
+      this.#turned = false;
+      setImmediate(this.#markTurned);
       const pending = { since: Date.now() };
       const reservedBytes = max * this.#averageSize;
       this.#reserved += max;
@@ -230,6 +239,10 @@ export class ReceiveLoop<M extends RawMessage> {
     this.#slotWaiters = [];
     for (const wake of waiters) wake();
   }
+}
+
+function nextTurn(): Promise<void> {
+  return new Promise((resolve) => setImmediate(resolve));
 }
 
 function sleep(ms: number, signal: AbortSignal): Promise<void> {

@@ -31,6 +31,15 @@ export interface RawMessage {
   readonly traceContext?: TraceCarrier | undefined;
 }
 
+/**
+ * Size of a message as held in memory, for `maxInFlightBytes` and the store's commit timing:
+ * bytes of a binary body, characters of a text one (nothing is scanned).
+ */
+export function messageSize(message: RawMessage): number {
+  const { body } = message;
+  return typeof body === 'string' ? body.length : body.byteLength;
+}
+
 /** W3C trace context as a message carried it, or an AWS X-Ray trace header. Unchecked text. */
 export interface TraceCarrier {
   readonly traceparent?: string | undefined;

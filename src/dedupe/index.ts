@@ -1,6 +1,7 @@
 export { createMemoryDedupe, type MemoryDedupeOptions, MemoryDedupeStore } from './memory.js';
 export { createSqliteDedupe, type SqliteDedupeOptions, SqliteDedupeStore } from './sqlite.js';
 export {
+  type BatchCallOptions,
   type ClaimResult,
   DEFAULT_LEASE_MS,
   DEFAULT_RETENTION_MS,

@@ -1,4 +1,4 @@
-import type { ClaimResult, DedupeStore, HeldClaim } from './types.js';
+import type { BatchCallOptions, ClaimResult, DedupeStore, HeldClaim } from './types.js';
 
 /** A store call that failed, in place of its answer (one per event, or one shared by a batch). */
 export class StoreFailure {
@@ -36,9 +36,10 @@ export function claimAll(
   store: DedupeStore,
   eventIds: readonly string[],
   leaseMs: number,
+  options?: BatchCallOptions,
 ): Promise<(ClaimResult | StoreFailure)[]> {
   if (store.claimMany && eventIds.length > 1) {
-    return store.claimMany(eventIds, leaseMs).then(identity, failAll(eventIds));
+    return store.claimMany(eventIds, leaseMs, options).then(identity, failAll(eventIds));
   }
   return Promise.all(eventIds.map((id) => claimOne(store, id, leaseMs)));
 }
@@ -48,9 +49,10 @@ export function completeAll(
   store: DedupeStore,
   claims: readonly HeldClaim[],
   retentionMs: number,
+  options?: BatchCallOptions,
 ): Promise<(boolean | StoreFailure)[]> {
   if (store.completeMany && claims.length > 1) {
-    return store.completeMany(claims, retentionMs).then(identity, failAll(claims));
+    return store.completeMany(claims, retentionMs, options).then(identity, failAll(claims));
   }
   return Promise.all(claims.map((c) => completeOne(store, c, retentionMs)));
 }

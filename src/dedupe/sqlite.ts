@@ -4,6 +4,7 @@ import { createPrivateFile } from '../core/private-file.js';
 import Database from '../core/sqlite-driver.js';
 import {
   ABANDONED_CLAIM_MEMORY_MS,
+  type BatchCallOptions,
   type ClaimResult,
   type DedupeState,
   type DedupeStore,
@@ -47,7 +48,10 @@ export class SqliteDedupeStore implements DedupeStore {
   readonly #tokenPrefix = randomBytes(6).toString('base64url');
   #tokenSeq = 0;
   #queue: PendingOp[] = [];
+  /** A flush in the next turn of the event loop (setImmediate) is scheduled. */
   #flushScheduled = false;
+  /** A flush once the current code has run (a microtask) is scheduled. */
+  #flushSoon = false;
   #closed = false;
   readonly #purgeTimer: NodeJS.Timeout;
   readonly #stmt: ReturnType<typeof prepareStatements>;
@@ -70,11 +74,15 @@ export class SqliteDedupeStore implements DedupeStore {
   }
 
   /** One queued operation for the whole batch: one promise instead of one per event. */
-  claimMany(eventIds: readonly string[], leaseMs: number): Promise<ClaimResult[]> {
+  claimMany(
+    eventIds: readonly string[],
+    leaseMs: number,
+    options?: BatchCallOptions,
+  ): Promise<ClaimResult[]> {
     return this.#enqueue(() => {
       const now = this.#now();
       return eventIds.map((eventId) => this.#claimOne(eventId, leaseMs, now));
-    });
+    }, options?.commitAtOnce === true);
   }
 
   extend(eventId: string, token: string, leaseMs: number): Promise<boolean> {
@@ -85,11 +93,15 @@ export class SqliteDedupeStore implements DedupeStore {
     return this.#enqueue(() => this.#completeOne(eventId, token, this.#now() + retentionMs));
   }
 
-  completeMany(claims: readonly HeldClaim[], retentionMs: number): Promise<boolean[]> {
+  completeMany(
+    claims: readonly HeldClaim[],
+    retentionMs: number,
+    options?: BatchCallOptions,
+  ): Promise<boolean[]> {
     return this.#enqueue(() => {
       const expiresAt = this.#now() + retentionMs;
       return claims.map((c) => this.#completeOne(c.eventId, c.token, expiresAt));
-    });
+    }, options?.commitAtOnce === true);
   }
 
   release(eventId: string, token: string): Promise<void> {
@@ -162,19 +174,39 @@ export class SqliteDedupeStore implements DedupeStore {
     return true;
   }
 
-  #enqueue<T>(run: () => T): Promise<T> {
+  /**
+   * Queues `run` for the next commit: in the next turn of the event loop, shared with every call
+   * made until then; or, `atOnce`, as soon as the current code has run (with the calls queued
+   * before it, and any made meanwhile).
+   */
+  #enqueue<T>(run: () => T, atOnce = false): Promise<T> {
     if (this.#closed) return Promise.reject(new DedupeUnavailableError('SQLite dedupe store is closed'));
     return new Promise<T>((resolve, reject) => {
       this.#queue.push({ run, resolve: resolve as (value: unknown) => void, reject });
-      if (!this.#flushScheduled) {
+      if (atOnce) {
+        if (!this.#flushSoon) {
+          this.#flushSoon = true;
+          queueMicrotask(this.#flushNow);
+        }
+      } else if (!this.#flushScheduled) {
         this.#flushScheduled = true;
-        setImmediate(() => this.#flush());
+        setImmediate(this.#flushInTurn);
       }
     });
   }
 
-  #flush(): void {
+  readonly #flushNow = (): void => {
+    this.#flushSoon = false;
+    this.#flush();
+  };
+
+  readonly #flushInTurn = (): void => {
     this.#flushScheduled = false;
+    this.#flush();
+  };
+
+  /** Runs every queued call in one transaction (nothing when an earlier flush took them). */
+  #flush(): void {
     const ops = this.#queue;
     if (ops.length === 0) return;
     this.#queue = [];

@@ -31,6 +31,18 @@ export interface HeldClaim {
   readonly token: string;
 }
 
+/** How a batch call (`claimMany`, `completeMany`) wants to be committed. */
+export interface BatchCallOptions {
+  /**
+   * Commit without waiting for other calls to share the commit. A store that groups the calls
+   * of a turn of the event loop into one commit (SQLite) commits this call, with those queued
+   * before it, once the current code has run instead of in the next turn. The consumer asks for
+   * it when the batch's messages are large: kept alive for a turn, they cost the garbage
+   * collector more than the shared commit saves. Stores that do not group calls ignore it.
+   */
+  readonly commitAtOnce?: boolean;
+}
+
 export interface DedupeStore {
   /** Takes the lease for `eventId` for `leaseMs`, unless it is done or leased by someone else. */
   claim(eventId: string, leaseMs: number): Promise<ClaimResult>;
@@ -39,7 +51,11 @@ export interface DedupeStore {
    * id sees the lease its earlier copy took). A rejection means none was claimed. Optional: the
    * consumer claims a received batch with it when present, one `claim` per event otherwise.
    */
-  claimMany?(eventIds: readonly string[], leaseMs: number): Promise<ClaimResult[]>;
+  claimMany?(
+    eventIds: readonly string[],
+    leaseMs: number,
+    options?: BatchCallOptions,
+  ): Promise<ClaimResult[]>;
   /** Extends a held lease (heartbeat for slow handlers). False when the lease is no longer ours. */
   extend(eventId: string, token: string, leaseMs: number): Promise<boolean>;
   /** Marks the event done for `retentionMs`. False when the lease was lost to another worker. */
@@ -48,7 +64,11 @@ export interface DedupeStore {
    * Completes several events in one call, answering for each what `complete` would, in order. A
    * rejection means none was completed. Optional, like `claimMany`.
    */
-  completeMany?(claims: readonly HeldClaim[], retentionMs: number): Promise<boolean[]>;
+  completeMany?(
+    claims: readonly HeldClaim[],
+    retentionMs: number,
+    options?: BatchCallOptions,
+  ): Promise<boolean[]>;
   /** Gives a held lease back so the next delivery can claim it. */
   release(eventId: string, token: string): Promise<void>;
   /** Reads the state without changing it (dry runs, diagnostics). */
