@@ -68,10 +68,11 @@ const DUPLICATE: Facts = { kind: 'duplicate' };
  * completes at once (`commitAtOnce`) instead of waiting a turn of the event loop to share the
  * commit with other batches. Waiting keeps the batch alive through that turn, which is where V8
  * runs its scheduled young-generation collections: at 64 KB bodies every one copied the whole
- * batch (5 MB at 27 in flight), and committing at once ran 7 % faster from memory and 20 % from
- * fauxqs. Small batches still share commits: at 300 B, with four SQS receives in flight, commits
- * per event went from 0.16 to 0.25 without the wait (docs/performance-log.md, "Large batches
- * commit at once"). 300 B and 2 KB batches (at most 64 in flight: 20 and 150 KB) stay under it.
+ * batch (5 MB at 27 in flight), and committing at once ran 8-9 % faster from memory and about
+ * 20 % from fauxqs. Small batches still share commits: at 300 B with four SQS receives in flight,
+ * committing every batch at once cut the calls per commit from 1.6-2.4 to 1 and ran slower
+ * (docs/performance-log.md, "Large batches commit at once"). 300 B and 2 KB batches (at most 64
+ * in flight: 20 and 150 KB) stay under it.
  */
 export const COMMIT_AT_ONCE_BYTES = 256 * 1024;
 
