@@ -171,7 +171,8 @@ export class Pipeline {
 
   /**
    * A store with `claimMany` (SQLite, memory): the batch's claims in one call, then each
-   * message's handlers, then the completes of those that succeeded at once in one call.
+   * message's handlers, then the completes of those that succeeded at once in one call. `commit`
+   * goes with both calls: large batches are committed at once (`COMMIT_AT_ONCE_BYTES`).
    */
   async #claimTogether(
     claiming: readonly InFlight[],

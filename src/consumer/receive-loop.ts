@@ -57,6 +57,14 @@ export class ReceiveLoop<M extends RawMessage> {
   #exhausted = false;
   #lastReceiveAt: number | undefined;
   #lastReceiveError: string | undefined;
+  /**
+   * Whether the event loop turned since the last receive began (`#poll` waits for a turn when
+   * not). The receive that clears it schedules the one mark that sets it again.
+   */
+  #turned = true;
+  readonly #markTurned = (): void => {
+    this.#turned = true;
+  };
 
   constructor(options: ReceiveLoopOptions<M>) {
     this.#options = options;
@@ -116,12 +124,6 @@ export class ReceiveLoop<M extends RawMessage> {
     await idle;
     clearTimeout(deadline);
   }
-
-  /** Whether the event loop turned since the last receive began (see `#poll`): at most one mark is pending. */
-  #turned = true;
-  readonly #markTurned = (): void => {
-    this.#turned = true;
-  };
 
   /**
    * One poller: receives into the free slots and the room the size bound leaves (minus what is
