@@ -448,6 +448,8 @@ describe('Event Hubs adapter against the real SDK', () => {
     const later = [await publish('0'), await publish('0')];
     const two = await startWorker(handler);
     await vi.waitFor(() => expect(handled).toHaveLength(6), WAIT);
+    // A message is reported once settled, after its handler: wait for the second report too.
+    await vi.waitFor(() => expect(two.reports).toHaveLength(2), WAIT);
     // Nothing before the checkpoint was even received again.
     expect(two.reports.map((r) => r.message.id)).toEqual(['0:4', '0:5']);
     await two.stop();
