@@ -5,13 +5,14 @@
  * The floor does our work bare: parse the envelope, HMAC with a KeyObject, `timingSafeEqual`,
  * parse the body (no age check, no key lookup, no field checks).
  */
-import { createHmac, createSecretKey, type KeyObject, timingSafeEqual } from 'node:crypto';
+import { createSecretKey } from 'node:crypto';
 import Stripe from 'stripe';
 import { Webhook } from 'svix';
 import { Keyring } from '../src/core/secrets.js';
 import { verifyMessage } from '../src/core/verify.js';
 import { makeVerifyInputs, OUR_SECRET, SIZES, STRIPE_SECRET, SVIX_SECRET } from './fixtures.js';
 import { median, repetitionOrder } from './stats.js';
+import { bareVerify } from './verify-floor.js';
 
 export interface VerifyTiming {
   readonly opsPerSec: number;
@@ -126,7 +127,9 @@ export function runVerifyBench(options: VerifyBenchOptions): VerifySizeResult[] 
     }
     // Rounds interleave the implementations so drift (thermal, GC, neighbours) hits all alike, in
     // `repetitionOrder`: an implementation pays the garbage of the one before it, so a fixed order
-    // would always charge svix's to the floor.
+    // would always charge svix's to the floor. No full collection between rounds: each one drops
+    // the verifiers' optimised code (V8 deoptimises code whose embedded maps died, "weak
+    // objects"), so every round would measure re-optimisation (docs/performance-log.md).
     const samples = new Map<string, number[]>(impls.map((impl) => [impl.name, []]));
     const cpuSamples = new Map<string, number[]>(impls.map((impl) => [impl.name, []]));
     for (let r = 0; r < options.rounds; r++) {
@@ -169,12 +172,4 @@ export function runVerifyBench(options: VerifyBenchOptions): VerifySizeResult[] 
   }
   if (sink < 0) console.log(sink);
   return results;
-}
-
-/** The floor: the envelope's bare operations, nothing checked that need not be. */
-function bareVerify(raw: string, key: KeyObject): unknown {
-  const env = JSON.parse(raw) as { signed_at: number; signature: string; body: string };
-  const mac = createHmac('sha256', key).update(`${env.signed_at}.`).update(env.body).digest();
-  if (!timingSafeEqual(mac, Buffer.from(env.signature, 'hex'))) throw new Error('floor: bad signature');
-  return JSON.parse(env.body);
 }
