@@ -18,7 +18,7 @@
  *   npm run bench:verify-instructions                     300 B and 2 KB
  *   npm run bench:verify-instructions -- --sizes 300B     some sizes
  */
-import { execFile } from 'node:child_process';
+import { execFile, execFileSync } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { availableParallelism, tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -49,6 +49,11 @@ try {
 }
 
 async function main(bundle: string): Promise<void> {
+  try {
+    execFileSync('valgrind', ['--version'], { stdio: 'ignore' });
+  } catch {
+    throw new Error('bench:verify-instructions needs valgrind on PATH (Debian: apt-get install valgrind)');
+  }
   await build({
     entryPoints: [fileURLToPath(new URL('./verify-instructions-child.ts', import.meta.url))],
     bundle: true,
