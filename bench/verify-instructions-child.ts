@@ -3,7 +3,7 @@
  * verify `--n` messages more, exit. Nothing else runs, so the two processes of a side differ only
  * by the Δ verifications.
  *
- *   node --predictable BUNDLE --side ours|floor --size 300B --warmup 20000 --n 10000
+ *   node --predictable --predictable-gc-schedule BUNDLE --side ours|floor --size 300B --warmup 20000 --n 10000
  */
 import { createSecretKey } from 'node:crypto';
 import { parseArgs } from 'node:util';

@@ -128,8 +128,8 @@ export function runVerifyBench(options: VerifyBenchOptions): VerifySizeResult[] 
     // Rounds interleave the implementations so drift (thermal, GC, neighbours) hits all alike, in
     // `repetitionOrder`: an implementation pays the garbage of the one before it, so a fixed order
     // would always charge svix's to the floor. No full collection between rounds: each one drops
-    // the verifiers' optimised code (V8 deoptimises code whose embedded maps died, "weak
-    // objects"), so every round would measure re-optimisation (docs/performance-log.md).
+    // the verifiers' optimised code (`--trace-deopt`: "weak objects", code whose embedded objects
+    // died), so every round would measure re-optimisation (docs/performance-log.md).
     const samples = new Map<string, number[]>(impls.map((impl) => [impl.name, []]));
     const cpuSamples = new Map<string, number[]>(impls.map((impl) => [impl.name, []]));
     for (let r = 0; r < options.rounds; r++) {
