@@ -4,6 +4,12 @@
  * compare, JSON.parse of the body. Ours additionally parses the envelope the body travels in.
  * The floor does our work bare: parse the envelope, HMAC with a KeyObject, `timingSafeEqual`,
  * parse the body (no age check, no key lookup, no field checks).
+ *
+ * Ours ÷ floor is the median of many short paired rounds, printed with the interval that holds
+ * the true median at 95 %, beside an A/A control: the floor timed twice, in the same slots
+ * relative to each other as the floor and ours. On a shared machine one round of the same code
+ * runs anywhere from 0.65 to 1.6 times as fast as the next (docs/performance-log.md), so eight
+ * long rounds could not tell 0.95 from 0.90; the control shows what this run can tell.
  */
 import { createSecretKey } from 'node:crypto';
 import Stripe from 'stripe';
@@ -11,7 +17,7 @@ import { Webhook } from 'svix';
 import { Keyring } from '../src/core/secrets.js';
 import { verifyMessage } from '../src/core/verify.js';
 import { makeVerifyInputs, OUR_SECRET, SIZES, STRIPE_SECRET, SVIX_SECRET } from './fixtures.js';
-import { median, repetitionOrder } from './stats.js';
+import { median, medianInterval, repetitionOrder } from './stats.js';
 import { bareVerify } from './verify-floor.js';
 
 export interface VerifyTiming {
@@ -33,10 +39,26 @@ export interface VerifySizeResult {
   /** ops/s ratios: > 1 means ours is faster. */
   readonly oursOverStripe: number;
   readonly oursOverSvix: number;
-  /** Median of the rounds' ours ÷ floor (each round runs both back to back), with min and max. */
-  readonly oursOverFloor: { readonly median: number; readonly min: number; readonly max: number };
+  /** Ours ÷ floor by ops/s, over the rounds (each round runs both back to back). */
+  readonly oursOverFloor: RatioSummary;
   /** The same by CPU time per op: floor CPU µs/op ÷ ours CPU µs/op, per round. */
-  readonly oursOverFloorCpu: { readonly median: number; readonly min: number; readonly max: number };
+  readonly oursOverFloorCpu: RatioSummary;
+  /** The A/A control: the floor ÷ the floor timed again beside it, by ops/s. About 1 in a run that can be trusted. */
+  readonly floorOverFloor: RatioSummary;
+}
+
+/** Per-round ratios summarised: median, the 95 % interval of the median, and the extremes. */
+export interface RatioSummary {
+  readonly median: number;
+  readonly low: number;
+  readonly high: number;
+  readonly min: number;
+  readonly max: number;
+}
+
+function summarise(perRound: readonly number[]): RatioSummary {
+  const { low, high } = medianInterval(perRound);
+  return { median: median(perRound), low, high, min: Math.min(...perRound), max: Math.max(...perRound) };
 }
 
 export interface VerifyBenchOptions {
@@ -100,8 +122,12 @@ export function runVerifyBench(options: VerifyBenchOptions): VerifySizeResult[] 
     }
 
     const key = createSecretKey(Buffer.from(OUR_SECRET, 'utf8'));
-    const impls: { name: 'ours' | 'stripe' | 'svix' | 'floor'; op: Op }[] = [
-      { name: 'floor', op: (i) => bareVerify(get(i).ourRaw, key) },
+    const floorOp: Op = (i) => bareVerify(get(i).ourRaw, key);
+    // 'floor again' before 'floor' and 'floor' before 'ours': the control's pair sits in the same
+    // slots relative to each other as the measured pair, in both directions of `repetitionOrder`.
+    const impls: { name: 'floor again' | 'floor' | 'ours' | 'stripe' | 'svix'; op: Op }[] = [
+      { name: 'floor again', op: floorOp },
+      { name: 'floor', op: floorOp },
       { name: 'ours', op: (i) => verifyMessage(get(i).ourRaw, { keyring }).payload },
       {
         name: 'stripe',
@@ -119,15 +145,18 @@ export function runVerifyBench(options: VerifyBenchOptions): VerifySizeResult[] 
       },
     ];
 
-    // Warm every implementation, then size each round to ~roundMs from the warm-up speed.
+    // Warm every implementation, then size each round to ~roundMs from the warm-up speed. The
+    // control runs as many operations as the floor: the same code, the same round.
     const iterations = new Map<string, number>();
     for (const impl of impls) {
+      if (impl.name === 'floor again') continue;
       const msPerOp = warm(impl.op, options.warmupMs, mask);
       iterations.set(impl.name, Math.max(8, Math.round(options.roundMs / msPerOp)));
     }
+    iterations.set('floor again', iterations.get('floor') as number);
     // Rounds interleave the implementations so drift (thermal, GC, neighbours) hits all alike, in
     // `repetitionOrder`: an implementation pays the garbage of the one before it, so a fixed order
-    // would always charge svix's to the floor. No full collection between rounds: each one drops
+    // would always charge svix's to the first side. No full collection between rounds: each one drops
     // the verifiers' optimised code (`--trace-deopt`: "weak objects", code whose embedded objects
     // died), so every round would measure re-optimisation (docs/performance-log.md).
     const samples = new Map<string, number[]>(impls.map((impl) => [impl.name, []]));
@@ -151,8 +180,10 @@ export function runVerifyBench(options: VerifyBenchOptions): VerifySizeResult[] 
     const stripeT = timing('stripe');
     const svixT = timing('svix');
     const floor = timing('floor');
+    const again = timing('floor again');
     const perRound = ours.rounds.map((x, r) => x / (floor.rounds[r] as number));
     const perRoundCpu = ours.cpuRounds.map((x, r) => (floor.cpuRounds[r] as number) / x);
+    const control = floor.rounds.map((x, r) => x / (again.rounds[r] as number));
     results.push({
       size: size.label,
       bodyBytes: size.bytes,
@@ -162,12 +193,9 @@ export function runVerifyBench(options: VerifyBenchOptions): VerifySizeResult[] 
       floor,
       oursOverStripe: ours.opsPerSec / stripeT.opsPerSec,
       oursOverSvix: ours.opsPerSec / svixT.opsPerSec,
-      oursOverFloor: { median: median(perRound), min: Math.min(...perRound), max: Math.max(...perRound) },
-      oursOverFloorCpu: {
-        median: median(perRoundCpu),
-        min: Math.min(...perRoundCpu),
-        max: Math.max(...perRoundCpu),
-      },
+      oursOverFloor: summarise(perRound),
+      oursOverFloorCpu: summarise(perRoundCpu),
+      floorOverFloor: summarise(control),
     });
   }
   if (sink < 0) console.log(sink);
