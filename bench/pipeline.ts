@@ -204,43 +204,73 @@ function cpuSince(start: NodeJS.CpuUsage): number {
 }
 
 /**
- * Heap per in-flight event: a consumer whose handler holds every event until released, run over
- * `concurrency` envelopes; heap after a full GC once all are held, minus after a full GC with the
- * same consumer and source idle (the envelopes are held by `raws` in both), ÷ concurrency.
+ * How many envelopes `measureHeapPerInFlight` holds: at least `concurrency`, and enough to hold
+ * ~8 MiB of envelopes, so that what they hold stands well above the heap's own drift between two
+ * full collections (64 events of 300 B hold about 0.2 MB).
+ */
+const HEAP_SAMPLE_BYTES = 8 * 1024 * 1024;
+
+/**
+ * Heap per in-flight event: a consumer whose handler holds every event until released. Its heap
+ * after full collections once `held` events are held in their handlers, minus its heap after
+ * a first round of `held` other events handled and let go (its code compiled, its store open,
+ * what a running worker holds anyway), ÷ `held`. The envelope strings are held by `raws` in both.
+ * The baseline is taken after the event loop turned: until then a finished run (a bench
+ * repetition before, say) is still reachable from its last scheduled turn, and its garbage
+ * counted into the baseline made the figure negative.
  */
 export async function measureHeapPerInFlight(raws: readonly string[], concurrency: number): Promise<number> {
+  const envelopeLength = raws[0]?.length ?? 1;
+  const held = Math.min(
+    Math.floor(raws.length / 2),
+    Math.max(concurrency, Math.ceil(HEAP_SAMPLE_BYTES / envelopeLength)),
+  );
   const dir = freshDir();
   try {
-    const source = createMemorySource({ endWhenEmpty: true });
-    // `concurrency` events held, whatever their size (what one event in flight holds is the figure).
-    const consumer = benchConsumer(source, dir, { concurrency, maxInFlightBytes: 0 });
-    const held: (() => void)[] = [];
+    const source = createMemorySource({ endWhenEmpty: false });
+    // Every event held, whatever its size (what one event in flight holds is the figure).
+    const consumer = benchConsumer(source, dir, { concurrency: held, maxInFlightBytes: 0 });
+    let holding = false;
+    const releases: (() => void)[] = [];
     let allHeld: () => void = () => {};
     const reached = new Promise<void>((resolve) => {
       allHeld = resolve;
     });
     consumer.on(EVENT_TYPE, () => {
+      if (!holding) return;
       const { promise, resolve } = withResolvers();
-      held.push(resolve);
-      if (held.length === concurrency) allHeld();
+      releases.push(resolve);
+      if (releases.length === held) allHeld();
       return promise;
     });
-    const inputs = raws.slice(0, concurrency);
-    for (const raw of inputs) source.send(raw);
-    gc();
-    gc();
-    const idle = process.memoryUsage().heapUsed;
     await consumer.start();
+    for (const raw of raws.slice(held, 2 * held)) source.send(raw);
+    await settledCount(source, held);
+    const idle = await heapAfterTurns();
+    holding = true;
+    for (const raw of raws.slice(0, held)) source.send(raw);
     await reached;
-    gc();
-    gc();
-    const busy = process.memoryUsage().heapUsed;
-    for (const release of held) release();
-    await consumer.stopped;
-    return (busy - idle) / concurrency;
+    const busy = await heapAfterTurns();
+    for (const release of releases) release();
+    await settledCount(source, 2 * held);
+    await consumer.stop();
+    return (busy - idle) / held;
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
+}
+
+/** Resolves once `source` has settled `count` messages in all. */
+async function settledCount(source: MemorySource, count: number): Promise<void> {
+  while (source.settled.length < count) await new Promise((resolve) => setImmediate(resolve));
+}
+
+/** Heap used after two turns of the event loop and two full collections. */
+async function heapAfterTurns(): Promise<number> {
+  for (let turn = 0; turn < 2; turn++) await new Promise((resolve) => setImmediate(resolve));
+  gc();
+  gc();
+  return process.memoryUsage().heapUsed;
 }
 
 function withResolvers(): { promise: Promise<void>; resolve: () => void } {

@@ -363,7 +363,7 @@ if (runPipeline) {
     `\n    Spread and memory (MiB; peaks sampled every 20 ms during the pipeline runs; one process per size; inputs are held by the source)`,
   );
   console.log(
-    '    heap per in-flight event: concurrency events held in their handler, full GC, minus the same consumer idle, ÷ concurrency',
+    '    heap per in-flight event: events held in their handlers (≥ concurrency, ~8 MiB of envelopes), full GC, minus the same consumer after as many handled and let go, ÷ events held',
   );
   console.log(table(mrows));
 
