@@ -81,12 +81,12 @@ interface PipelinePlan {
   readonly reps: number;
 }
 
-/** The arguments of `bench/pipeline-child.ts` for one size and plan, at the bench's concurrency. */
 /** "95 % 0.93–0.98, rounds 0.71–1.12": where the median lies, and how far single rounds strayed. */
 function interval(r: RatioSummary): string {
   return `95 % ${fmtFixed(r.low, 2)}–${fmtFixed(r.high, 2)}, rounds ${fmtFixed(r.min, 2)}–${fmtFixed(r.max, 2)}`;
 }
 
+/** The arguments of `bench/pipeline-child.ts` for one size and plan, at the bench's concurrency. */
 function pipelineChildArgs(size: string, plan: PipelinePlan, extra: readonly string[]): string[] {
   const { n, reps, warmup } = plan;
   return [
