@@ -445,6 +445,20 @@ describe('SIGNATURE_MISMATCH', () => {
     expectCode(() => verify(JSON.stringify({ ...msg.envelope, signature })), 'SIGNATURE_MISMATCH');
   });
 
+  // The signature is decoded into one buffer that every call reuses: a decode that stops short
+  // must not be completed by the bytes the previous message left there.
+  it.each([
+    ['last pair', (sig: string) => `${sig.slice(0, 62)}zz`],
+    ['last digit', (sig: string) => `${sig.slice(0, 63)}z`],
+    ['first pair', (sig: string) => `zz${sig.slice(2)}`],
+  ])('signature with a non-hex %s, right after the same message verified', (_name, malformed) => {
+    const msg = message();
+    expect(verify(msg.raw).keyId).toBe('current');
+    const signature = malformed(msg.envelope.signature);
+    expectCode(() => verify(JSON.stringify({ ...msg.envelope, signature })), 'SIGNATURE_MISMATCH');
+    expect(verify(msg.raw).keyId).toBe('current');
+  });
+
   it('uppercase hex passes (hex is case-insensitive)', () => {
     const msg = message();
     const upper = msg.envelope.signature.toUpperCase();
