@@ -33,7 +33,13 @@ import { type RedisBenchResult, redisJson, runRedisSection } from './redis.js';
 import { printServerlessRows, runServerlessBench, type ServerlessRow } from './serverless.js';
 import { runSidecarBench, type SidecarRow } from './sidecar.js';
 import { fmtFixed, fmtInt, fmtMiB, sig, table } from './stats.js';
-import { type RatioSummary, runVerifyBench, type VerifySizeResult, type VerifyTiming } from './verify.js';
+import {
+  type RatioSummary,
+  summariseVerify,
+  type VerifySamples,
+  type VerifySizeResult,
+  type VerifyTiming,
+} from './verify.js';
 import { VERIFY_FLOOR_GOAL } from './verify-floor.js';
 
 const { values } = parseArgs({
@@ -71,9 +77,10 @@ const SIDECAR_FILE_GOAL = 0.7; // run --forward from a file at least 0.7× its f
 const SIDECAR_INGRESS_GOAL = 0.6; // ingress → forward at least 0.6× its floor
 const SIDECAR_PER_CORE_GOAL = 10_000; // run --forward from a file, events/s per core of CPU at 300 B
 
+/** Per size: `processes` fresh processes of `rounds` paired rounds each, pooled (bench/verify.ts). */
 const verifyOptions = quick
-  ? { warmupMs: 40, rounds: 4, roundMs: 20, pool: 16 }
-  : { warmupMs: 200, rounds: 40, roundMs: 25, pool: 64 };
+  ? { processes: 1, warmupMs: 40, rounds: 4, roundMs: 20, pool: 16 }
+  : { processes: 3, warmupMs: 200, rounds: 16, roundMs: 25, pool: 64 };
 
 interface PipelinePlan {
   readonly n: number;
@@ -128,11 +135,11 @@ console.log(
 );
 
 // ── (a) verify step ─────────────────────────────────────────────────────────────────────────────
-let verifyResults: VerifySizeResult[] = [];
+const verifyResults: VerifySizeResult[] = [];
 if (runVerify) {
   console.log(
-    `\n(a) Verify step alone, same body bytes — median of ${verifyOptions.rounds} rounds of ~${verifyOptions.roundMs} ms, ` +
-      `${verifyOptions.pool} distinct messages cycled`,
+    `\n(a) Verify step alone, same body bytes — median of ${verifyOptions.processes} process${verifyOptions.processes === 1 ? '' : 'es'} × ${verifyOptions.rounds} rounds ` +
+      `of ~${verifyOptions.roundMs} ms, ${verifyOptions.pool} distinct messages cycled`,
   );
   console.log(
     '    ours = verifyMessage(raw, { keyring }): parse envelope, age, HMAC (hex) + timingSafeEqual, parse body',
@@ -140,7 +147,12 @@ if (runVerify) {
   console.log(
     '    stripe = stripe.webhooks.constructEvent(body, header, secret)   svix = new Webhook(secret).verify(body, headers)',
   );
-  verifyResults = runVerifyBench({ ...verifyOptions, ...(sizes ? { sizes } : {}) });
+  for (const size of SIZES) {
+    if (sizes && !sizes.includes(size.label)) continue;
+    const parts: VerifySamples[] = [];
+    for (let p = 0; p < verifyOptions.processes; p++) parts.push(await runVerifyChild(size.label));
+    verifyResults.push(summariseVerify(parts));
+  }
   const rows: string[][] = [['body', 'verifier', 'ops/s', 'µs/op', 'ours ÷ this', '']];
   for (const r of verifyResults) {
     const line = (name: string, t: VerifyTiming, ratio: number | undefined, note = '') =>
@@ -186,22 +198,43 @@ if (runVerify) {
   );
 }
 
+/** The verify section's rounds of one size in a fresh process (bench/verify-child.ts). */
+function runVerifyChild(size: string): Promise<VerifySamples> {
+  const { rounds, roundMs, warmupMs, pool } = verifyOptions;
+  const args = [
+    '--size',
+    size,
+    '--rounds',
+    `${rounds}`,
+    '--round-ms',
+    `${roundMs}`,
+    '--warmup-ms',
+    `${warmupMs}`,
+  ];
+  return runChild<VerifySamples>('./verify-child.ts', [...args, '--pool', `${pool}`], 'verify bench');
+}
+
 /** Runs section (b) for one size in its own process (bench/pipeline-child.ts). */
 function runPipelineChild(args: readonly string[]): Promise<PipelineSizeResult> {
-  const childPath = fileURLToPath(new URL('./pipeline-child.ts', import.meta.url));
-  return new Promise<PipelineSizeResult>((resolve, reject) => {
+  return runChild<PipelineSizeResult>('./pipeline-child.ts', args, 'pipeline bench');
+}
+
+/** Forks `script` (beside this file) with `args` and resolves with the one message it sends. */
+function runChild<T>(script: string, args: readonly string[], what: string): Promise<T> {
+  const childPath = fileURLToPath(new URL(script, import.meta.url));
+  return new Promise<T>((resolve, reject) => {
     const child = fork(childPath, [...args], {
       execArgv: [...process.execArgv, '--expose-gc'],
       stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
     });
-    let got: PipelineSizeResult | undefined;
+    let got: T | undefined;
     child.on('message', (m) => {
-      got = m as PipelineSizeResult;
+      got = m as T;
     });
     child.on('error', reject);
     child.on('exit', (code) => {
       if (got) resolve(got);
-      else reject(new Error(`pipeline bench (${args.join(' ')}) exited with code ${code} and no result`));
+      else reject(new Error(`${what} (${args.join(' ')}) exited with code ${code} and no result`));
     });
   });
 }

@@ -9,7 +9,11 @@
  * the true median at 95 %, beside an A/A control: the floor timed twice, in the same slots
  * relative to each other as the floor and ours. On a shared machine one round of the same code
  * runs anywhere from 0.65 to 1.6 times as fast as the next (docs/performance-log.md), so eight
- * long rounds could not tell 0.95 from 0.90; the control shows what this run can tell.
+ * long rounds could not tell 0.95 from 0.90; the control shows what this run can tell. Each
+ * process also compiles the verifiers its own way, and the control cannot see that (on Node 24
+ * one process put ours at 0.93 of the floor, six others of the same tree at 0.97–1.01), so
+ * `npm run bench` runs the rounds of a size in several processes (bench/verify-child.ts) and
+ * pools them (`summariseVerify`).
  */
 import { createSecretKey } from 'node:crypto';
 import Stripe from 'stripe';
@@ -70,6 +74,16 @@ export interface VerifyBenchOptions {
   readonly sizes?: readonly string[];
 }
 
+type ImplName = 'floor again' | 'floor' | 'ours' | 'stripe' | 'svix';
+
+/** The raw rounds of one size in one process: ops/s and CPU µs per op, per implementation. */
+export interface VerifySamples {
+  readonly size: string;
+  readonly bodyBytes: number;
+  readonly rounds: Readonly<Record<ImplName, readonly number[]>>;
+  readonly cpuRounds: Readonly<Record<ImplName, readonly number[]>>;
+}
+
 type Op = (i: number) => unknown;
 
 /** Sink that keeps results observable so nothing is optimised away. */
@@ -98,13 +112,14 @@ function warm(op: Op, ms: number, mask: number): number {
   return totalMs / totalOps;
 }
 
-export function runVerifyBench(options: VerifyBenchOptions): VerifySizeResult[] {
+/** Runs the rounds of each size in this process; `summariseVerify` turns them into figures. */
+export function runVerifyBench(options: VerifyBenchOptions): VerifySamples[] {
   const keyring = new Keyring([{ id: 'current', secret: OUR_SECRET }]);
   const stripe = new Stripe('sk_test_bench_offline');
   const svix = new Webhook(SVIX_SECRET);
   const pool = 1 << Math.ceil(Math.log2(options.pool));
   const mask = pool - 1;
-  const results: VerifySizeResult[] = [];
+  const results: VerifySamples[] = [];
 
   for (const size of SIZES) {
     if (options.sizes && !options.sizes.includes(size.label)) continue;
@@ -125,7 +140,7 @@ export function runVerifyBench(options: VerifyBenchOptions): VerifySizeResult[] 
     const floorOp: Op = (i) => bareVerify(get(i).ourRaw, key);
     // 'floor again' before 'floor' and 'floor' before 'ours': the control's pair sits in the same
     // slots relative to each other as the measured pair, in both directions of `repetitionOrder`.
-    const impls: { name: 'floor again' | 'floor' | 'ours' | 'stripe' | 'svix'; op: Op }[] = [
+    const impls: { name: ImplName; op: Op }[] = [
       { name: 'floor again', op: floorOp },
       { name: 'floor', op: floorOp },
       { name: 'ours', op: (i) => verifyMessage(get(i).ourRaw, { keyring }).payload },
@@ -159,45 +174,66 @@ export function runVerifyBench(options: VerifyBenchOptions): VerifySizeResult[] 
     // would always charge svix's to the first side. No full collection between rounds: each one drops
     // the verifiers' optimised code (`--trace-deopt`: "weak objects", code whose embedded objects
     // died), so every round would measure re-optimisation (docs/performance-log.md).
-    const samples = new Map<string, number[]>(impls.map((impl) => [impl.name, []]));
-    const cpuSamples = new Map<string, number[]>(impls.map((impl) => [impl.name, []]));
+    const rounds = byImpl(() => [] as number[]);
+    const cpuRounds = byImpl(() => [] as number[]);
     for (let r = 0; r < options.rounds; r++) {
       for (const impl of repetitionOrder(impls, r)) {
         const n = iterations.get(impl.name) as number;
         const cpu = process.cpuUsage();
         const ms = runFor(impl.op, n, mask);
         const used = process.cpuUsage(cpu);
-        samples.get(impl.name)?.push((n / ms) * 1000);
-        cpuSamples.get(impl.name)?.push((used.user + used.system) / n);
+        rounds[impl.name].push((n / ms) * 1000);
+        cpuRounds[impl.name].push((used.user + used.system) / n);
       }
     }
-    const timing = (name: string): VerifyTiming => {
-      const rounds = samples.get(name) ?? [];
-      const opsPerSec = median(rounds);
-      return { opsPerSec, usPerOp: 1e6 / opsPerSec, rounds, cpuRounds: cpuSamples.get(name) ?? [] };
-    };
-    const ours = timing('ours');
-    const stripeT = timing('stripe');
-    const svixT = timing('svix');
-    const floor = timing('floor');
-    const again = timing('floor again');
-    const perRound = ours.rounds.map((x, r) => x / (floor.rounds[r] as number));
-    const perRoundCpu = ours.cpuRounds.map((x, r) => (floor.cpuRounds[r] as number) / x);
-    const control = floor.rounds.map((x, r) => x / (again.rounds[r] as number));
-    results.push({
-      size: size.label,
-      bodyBytes: size.bytes,
-      ours,
-      stripe: stripeT,
-      svix: svixT,
-      floor,
-      oursOverStripe: ours.opsPerSec / stripeT.opsPerSec,
-      oursOverSvix: ours.opsPerSec / svixT.opsPerSec,
-      oursOverFloor: summarise(perRound),
-      oursOverFloorCpu: summarise(perRoundCpu),
-      floorOverFloor: summarise(control),
-    });
+    results.push({ size: size.label, bodyBytes: size.bytes, rounds, cpuRounds });
   }
   if (sink < 0) console.log(sink);
   return results;
+}
+
+function byImpl<T>(make: () => T): Record<ImplName, T> {
+  return { 'floor again': make(), floor: make(), ours: make(), stripe: make(), svix: make() };
+}
+
+/**
+ * The figures of one size from the rounds of one or more processes, pooled: each ratio is taken
+ * within a round (the implementations of a round ran back to back in one process), then the
+ * medians and intervals over all the rounds.
+ */
+export function summariseVerify(parts: readonly VerifySamples[]): VerifySizeResult {
+  const first = parts[0];
+  if (!first || parts.some((p) => p.size !== first.size))
+    throw new Error('summariseVerify: one size, at least one part');
+  const timing = (name: ImplName): VerifyTiming => {
+    const rounds = parts.flatMap((p) => p.rounds[name]);
+    const opsPerSec = median(rounds);
+    return {
+      opsPerSec,
+      usPerOp: 1e6 / opsPerSec,
+      rounds,
+      cpuRounds: parts.flatMap((p) => p.cpuRounds[name]),
+    };
+  };
+  const ours = timing('ours');
+  const stripe = timing('stripe');
+  const svix = timing('svix');
+  const floor = timing('floor');
+  const again = timing('floor again');
+  const perRound = ours.rounds.map((x, r) => x / (floor.rounds[r] as number));
+  const perRoundCpu = ours.cpuRounds.map((x, r) => (floor.cpuRounds[r] as number) / x);
+  const control = floor.rounds.map((x, r) => x / (again.rounds[r] as number));
+  return {
+    size: first.size,
+    bodyBytes: first.bodyBytes,
+    ours,
+    stripe,
+    svix,
+    floor,
+    oursOverStripe: ours.opsPerSec / stripe.opsPerSec,
+    oursOverSvix: ours.opsPerSec / svix.opsPerSec,
+    oursOverFloor: summarise(perRound),
+    oursOverFloorCpu: summarise(perRoundCpu),
+    floorOverFloor: summarise(control),
+  };
 }
