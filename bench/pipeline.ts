@@ -6,6 +6,7 @@ import { createHmac, createSecretKey, timingSafeEqual } from 'node:crypto';
 import { copyFileSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { setImmediate as nextTurn } from 'node:timers/promises';
 import { createMemorySource, type MemoryMessage, type MemorySource } from '../adapters/memory/index.js';
 import { type Consumer, type ConsumerOptions, createConsumer } from '../src/consumer/consumer.js';
 import { DEFAULT_MAX_IN_FLIGHT_BYTES } from '../src/consumer/settings.js';
@@ -262,12 +263,12 @@ export async function measureHeapPerInFlight(raws: readonly string[], concurrenc
 
 /** Resolves once `source` has settled `count` messages in all. */
 async function settledCount(source: MemorySource, count: number): Promise<void> {
-  while (source.settled.length < count) await new Promise((resolve) => setImmediate(resolve));
+  while (source.settled.length < count) await nextTurn();
 }
 
 /** Heap used after two turns of the event loop and two full collections. */
 async function heapAfterTurns(): Promise<number> {
-  for (let turn = 0; turn < 2; turn++) await new Promise((resolve) => setImmediate(resolve));
+  for (let turn = 0; turn < 2; turn++) await nextTurn();
   gc();
   gc();
   return process.memoryUsage().heapUsed;
