@@ -1,7 +1,8 @@
 /**
  * Runs section (b) for one body size in its own process (so memory figures and JIT/GC state of
- * one size do not leak into the next). `bench/run.ts` forks it; it can also be run alone, e.g. to
- * profile:
+ * one size do not leak into the next, and each process's way of compiling the code counts as one
+ * draw among several: `bench/run.ts` forks a few per size and pools their repetitions with
+ * `summarisePipeline`). It can also be run alone, e.g. to profile:
  *
  *   node --cpu-prof --expose-gc --import tsx bench/pipeline-child.ts --size 300B --n 20000 --only pipeline
  */
@@ -17,6 +18,7 @@ const { values } = parseArgs({
     concurrency: { type: 'string', default: '64' },
     only: { type: 'string' },
     'compare-tracing': { type: 'boolean', default: false },
+    control: { type: 'boolean', default: false },
     prefill: { type: 'string', default: '0' },
   },
 });
@@ -30,6 +32,7 @@ const result = await runPipelineSize({
   concurrency: Number(values.concurrency),
   only,
   compareTracing: values['compare-tracing'],
+  control: values.control,
   prefill: Number(values.prefill),
 });
 

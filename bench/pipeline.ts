@@ -15,7 +15,7 @@ import { silentLogger } from '../src/core/logger.js';
 import { createSqliteDedupe } from '../src/dedupe/sqlite.js';
 import { DEFAULT_RETENTION_MS } from '../src/dedupe/types.js';
 import { EVENT_TYPE, makeEnvelopes, OUR_SECRET, type SIZES, sizeByLabel } from './fixtures.js';
-import { median, repetitionOrder } from './stats.js';
+import { median, type RatioSummary, repetitionOrder, summariseRatios } from './stats.js';
 import { openStoreFileBare, prefilledStoreFile } from './store-file.js';
 
 export interface PipelineSizeOptions {
@@ -30,6 +30,8 @@ export interface PipelineSizeOptions {
   readonly only?: 'pipeline' | 'floor' | undefined;
   /** Also run the pipeline with `tracing: false` in each repetition (the cost of the tracing code). */
   readonly compareTracing?: boolean;
+  /** Also run the floor a second time in each repetition: the A/A control of the run's spread. */
+  readonly control?: boolean;
   /**
    * Start every run (pipeline and floors) on a copy of one file already holding this many done
    * events, as a worker's file does after days of its retention, instead of an empty one.
@@ -47,20 +49,14 @@ export interface RunSeries {
   readonly cpuRuns: readonly number[];
 }
 
-/** A ratio taken in each repetition (both sides run back to back), summarised. */
-export interface RatioSpread {
-  readonly median: number;
-  readonly min: number;
-  readonly max: number;
-}
-
 /** One timed run: wall ms and CPU µs. */
 interface Timed {
   readonly ms: number;
   readonly cpuUs: number;
 }
 
-export interface PipelineSizeResult {
+/** What one process measured for one size: each side's repetitions, raw (`summarisePipeline` pools them). */
+export interface PipelineSamples {
   readonly size: string;
   readonly bodyBytes: number;
   readonly n: number;
@@ -69,41 +65,67 @@ export interface PipelineSizeResult {
   /** Events per transaction of the floors: as many as the pipeline can claim at once. */
   readonly floorBatch: number;
   readonly pipeline: RunSeries | null;
+  /** The pipeline with `tracing: false` (with `compareTracing`). */
+  readonly untraced: RunSeries | null;
   /** The brief's floor: parse, HMAC, parse, zod, one INSERT per event (`floorBatch` per transaction). */
   readonly floor: RunSeries | null;
   /** The floor with the store's own claim and complete statements instead of the one INSERT. */
   readonly floorClaimComplete: RunSeries | null;
-  /** pipeline events/s ÷ floor events/s (medians). */
-  readonly ratio: number | null;
+  /** The A/A control: the floor run again in the same repetition (with `control`). */
+  readonly floorAgain: RunSeries | null;
+  readonly memory: PipelineMemory;
+}
+
+/** Pipeline ÷ a floor per repetition, by events/s (wall) and by CPU per event (floor CPU ÷ pipeline CPU). */
+export interface PairedRatios {
+  readonly wall: RatioSummary;
+  readonly cpu: RatioSummary;
+}
+
+/** One size's figures, pooled over the repetitions of one or more processes (`summarisePipeline`). */
+export interface PipelineSizeResult {
+  readonly size: string;
+  readonly bodyBytes: number;
+  readonly n: number;
+  /** Repetitions pooled, and the processes they ran in. */
+  readonly reps: number;
+  readonly processes: number;
+  readonly concurrency: number;
+  readonly floorBatch: number;
+  readonly pipeline: RunSeries | null;
+  readonly floor: RunSeries | null;
+  readonly floorClaimComplete: RunSeries | null;
   /**
-   * Per repetition: pipeline ÷ floor and ÷ floor+c by events/s (wall) and by CPU per event
-   * (floor CPU ÷ pipeline CPU), each the median of the repetitions with its min and max.
+   * Ratios taken within each repetition (the sides run back to back), median with its 95 %
+   * interval: pipeline ÷ floor and ÷ floor+c; pipeline ÷ the pipeline with `tracing: false`;
+   * floor+c ÷ floor (no kit code in either); the A/A control, floor ÷ the floor run again.
    */
   readonly ratios: {
-    readonly floor: { readonly wall: RatioSpread; readonly cpu: RatioSpread };
-    readonly floorClaimComplete: { readonly wall: RatioSpread; readonly cpu: RatioSpread };
-    /** pipeline ÷ the pipeline with `tracing: false` (with `compareTracing`). */
-    readonly untraced?: { readonly wall: RatioSpread; readonly cpu: RatioSpread };
+    readonly floor: PairedRatios;
+    readonly floorClaimComplete: PairedRatios;
+    readonly untraced?: PairedRatios;
+    readonly floorsApart: RatioSummary;
+    readonly control?: PairedRatios;
   } | null;
-  readonly memory: {
-    /** Process RSS / heap used after the inputs were built, before any run. */
-    readonly rssBeforeBytes: number;
-    readonly heapUsedBeforeBytes: number;
-    /** Highest values sampled (every 20 ms) while the pipeline runs were in progress. */
-    readonly peakRssBytes: number;
-    readonly peakHeapUsedBytes: number;
-    /** Heap used after the last run and a full GC: what the runs left reachable (leak check). */
-    readonly heapUsedAfterGcBytes: number;
-    /** Message bytes held by the source during one run (the inputs alone). */
-    readonly inputBytes: number;
-    /** Bytes of one envelope. */
-    readonly envelopeBytes: number;
-    /**
-     * Heap held per in-flight event beyond its input string: `concurrency` events held in their
-     * handlers, after a full GC, minus the same consumer idle, ÷ concurrency.
-     */
-    readonly heapPerInFlightBytes: number;
-  };
+  /** The process whose RSS grew most (the worst case); heap per in-flight event: median of the processes. */
+  readonly memory: PipelineMemory;
+}
+
+export interface PipelineMemory {
+  /** Process RSS / heap used after the inputs were built, before any run. */
+  readonly rssBeforeBytes: number;
+  readonly heapUsedBeforeBytes: number;
+  /** Highest values sampled (every 20 ms) while the pipeline runs were in progress. */
+  readonly peakRssBytes: number;
+  readonly peakHeapUsedBytes: number;
+  /** Heap used after the last run and a full GC: what the runs left reachable (leak check). */
+  readonly heapUsedAfterGcBytes: number;
+  /** Message bytes held by the source during one run (the inputs alone). */
+  readonly inputBytes: number;
+  /** Bytes of one envelope. */
+  readonly envelopeBytes: number;
+  /** Heap held per in-flight event beyond its input string (`measureHeapPerInFlight`). */
+  readonly heapPerInFlightBytes: number;
 }
 
 function freshDir(): string {
@@ -372,21 +394,8 @@ function series(n: number, timed: readonly Timed[]): RunSeries | null {
   return { eventsPerSec, usPerEvent: 1e6 / eventsPerSec, runs, cpuUsPerEvent: median(cpuRuns), cpuRuns };
 }
 
-/** Median, min and max of per-repetition ratios. */
-export function spread(values: readonly number[]): RatioSpread {
-  return { median: median(values), min: Math.min(...values), max: Math.max(...values) };
-}
-
-/** Per repetition, pipeline ÷ a floor by events/s and by CPU per event. */
-function ratiosAgainst(pipeline: RunSeries, floor: RunSeries): { wall: RatioSpread; cpu: RatioSpread } {
-  return {
-    wall: spread(pipeline.runs.map((x, i) => x / (floor.runs[i] as number))),
-    cpu: spread(pipeline.cpuRuns.map((x, i) => (floor.cpuRuns[i] as number) / x)),
-  };
-}
-
 /** Warm-up, then `reps` interleaved repetitions of pipeline, floor and floor+complete. */
-export async function runPipelineSize(options: PipelineSizeOptions): Promise<PipelineSizeResult> {
+export async function runPipelineSize(options: PipelineSizeOptions): Promise<PipelineSamples> {
   const size = sizeByLabel(options.size);
   const raws = makeEnvelopes(size.bytes, options.n);
   const inputBytes = raws.reduce((sum, r) => sum + r.length, 0);
@@ -408,7 +417,7 @@ async function runSides(
   raws: readonly string[],
   inputBytes: number,
   template: string | undefined,
-): Promise<PipelineSizeResult> {
+): Promise<PipelineSamples> {
   const doPipeline = options.only !== 'floor';
   const doFloor = options.only !== 'pipeline';
   const batch = floorBatchFor(options.concurrency, (raws[0] as string).length);
@@ -426,6 +435,7 @@ async function runSides(
   const floorMs: Timed[] = [];
   const floor2Ms: Timed[] = [];
   const untracedMs: Timed[] = [];
+  const floorAgainMs: Timed[] = [];
   if (options.compareTracing)
     await runPipelineOnce(warmRaws, options.concurrency, { tracing: false, template });
   // The sides of one repetition run back to back, in `repetitionOrder` (measured: the floor ran
@@ -444,6 +454,11 @@ async function runSides(
   if (doFloor) {
     sides.push(async () => void floorMs.push(await runFloorOnce(raws, { complete: false, batch, template })));
     sides.push(async () => void floor2Ms.push(await runFloorOnce(raws, { complete: true, batch, template })));
+    if (options.control) {
+      sides.push(
+        async () => void floorAgainMs.push(await runFloorOnce(raws, { complete: false, batch, template })),
+      );
+    }
   }
   for (let r = 0; r < options.reps; r++) {
     for (const side of repetitionOrder(sides, r)) await side();
@@ -451,10 +466,6 @@ async function runSides(
   gc();
   const after = process.memoryUsage();
   const heapPerInFlightBytes = doPipeline ? await measureHeapPerInFlight(raws, options.concurrency) : 0;
-  const pipeline = series(options.n, pipelineMs);
-  const floor = series(options.n, floorMs);
-  const floorClaimComplete = series(options.n, floor2Ms);
-  const untraced = series(options.n, untracedMs);
   return {
     size: size.label,
     bodyBytes: size.bytes,
@@ -462,18 +473,11 @@ async function runSides(
     reps: options.reps,
     concurrency: options.concurrency,
     floorBatch: batch,
-    pipeline,
-    floor,
-    floorClaimComplete,
-    ratio: pipeline && floor ? pipeline.eventsPerSec / floor.eventsPerSec : null,
-    ratios:
-      pipeline && floor && floorClaimComplete
-        ? {
-            floor: ratiosAgainst(pipeline, floor),
-            floorClaimComplete: ratiosAgainst(pipeline, floorClaimComplete),
-            ...(untraced ? { untraced: ratiosAgainst(pipeline, untraced) } : {}),
-          }
-        : null,
+    pipeline: series(options.n, pipelineMs),
+    untraced: series(options.n, untracedMs),
+    floor: series(options.n, floorMs),
+    floorClaimComplete: series(options.n, floor2Ms),
+    floorAgain: series(options.n, floorAgainMs),
     memory: {
       rssBeforeBytes: before.rss,
       heapUsedBeforeBytes: before.heapUsed,
@@ -484,5 +488,69 @@ async function runSides(
       envelopeBytes: raws[0]?.length ?? 0,
       heapPerInFlightBytes,
     },
+  };
+}
+
+/**
+ * Pools one size's repetitions from one or more processes (`bench/run.ts` forks a few per size:
+ * between processes a run moves by more than within one). Every ratio is taken within one
+ * repetition, between sides that ran back to back, and only then pooled.
+ */
+export function summarisePipeline(parts: readonly PipelineSamples[]): PipelineSizeResult {
+  const first = parts[0];
+  if (!first || parts.some((p) => p.size !== first.size || p.n !== first.n))
+    throw new Error('summarisePipeline: one size and run length, at least one part');
+  const pooled = (side: (p: PipelineSamples) => RunSeries | null): RunSeries | null => {
+    const all = parts.map(side);
+    if (all.some((s) => s === null)) return null;
+    const series = all as RunSeries[];
+    const runs = series.flatMap((s) => s.runs);
+    const cpuRuns = series.flatMap((s) => s.cpuRuns);
+    const eventsPerSec = median(runs);
+    return { eventsPerSec, usPerEvent: 1e6 / eventsPerSec, runs, cpuUsPerEvent: median(cpuRuns), cpuRuns };
+  };
+  const pipeline = pooled((p) => p.pipeline);
+  const floor = pooled((p) => p.floor);
+  const floorClaimComplete = pooled((p) => p.floorClaimComplete);
+  const untraced = pooled((p) => p.untraced);
+  const floorAgain = pooled((p) => p.floorAgain);
+  const worst = parts.reduce((a, b) =>
+    b.memory.peakRssBytes - b.memory.rssBeforeBytes > a.memory.peakRssBytes - a.memory.rssBeforeBytes ? b : a,
+  );
+  return {
+    size: first.size,
+    bodyBytes: first.bodyBytes,
+    n: first.n,
+    reps: parts.reduce((sum, p) => sum + p.reps, 0),
+    processes: parts.length,
+    concurrency: first.concurrency,
+    floorBatch: first.floorBatch,
+    pipeline,
+    floor,
+    floorClaimComplete,
+    ratios:
+      pipeline && floor && floorClaimComplete
+        ? {
+            floor: pairedRatios(pipeline, floor),
+            floorClaimComplete: pairedRatios(pipeline, floorClaimComplete),
+            ...(untraced ? { untraced: pairedRatios(pipeline, untraced) } : {}),
+            floorsApart: summariseRatios(
+              floorClaimComplete.runs.map((x, i) => x / (floor.runs[i] as number)),
+            ),
+            ...(floorAgain ? { control: pairedRatios(floor, floorAgain) } : {}),
+          }
+        : null,
+    memory: {
+      ...worst.memory,
+      heapPerInFlightBytes: median(parts.map((p) => p.memory.heapPerInFlightBytes)),
+    },
+  };
+}
+
+/** Per repetition, `a` ÷ `b` by events/s and by CPU per event (b's CPU ÷ a's). */
+function pairedRatios(a: RunSeries, b: RunSeries): PairedRatios {
+  return {
+    wall: summariseRatios(a.runs.map((x, i) => x / (b.runs[i] as number))),
+    cpu: summariseRatios(a.cpuRuns.map((x, i) => (b.cpuRuns[i] as number) / x)),
   };
 }

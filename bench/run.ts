@@ -28,18 +28,17 @@ import { parseArgs } from 'node:util';
 import { type ConsoleBenchResult, consoleJson, runConsoleSection } from './console.js';
 import { type DedupeBenchRow, runDedupeBench } from './dedupe.js';
 import { SIZES, sizeByLabel } from './fixtures.js';
-import { type PipelineSizeResult, type RatioSpread, type RunSeries, spread } from './pipeline.js';
+import {
+  type PipelineSamples,
+  type PipelineSizeResult,
+  type RunSeries,
+  summarisePipeline,
+} from './pipeline.js';
 import { type RedisBenchResult, redisJson, runRedisSection } from './redis.js';
 import { printServerlessRows, runServerlessBench, type ServerlessRow } from './serverless.js';
 import { runSidecarBench, type SidecarRow } from './sidecar.js';
-import { fmtFixed, fmtInt, fmtMiB, sig, table } from './stats.js';
-import {
-  type RatioSummary,
-  summariseVerify,
-  type VerifySamples,
-  type VerifySizeResult,
-  type VerifyTiming,
-} from './verify.js';
+import { fmtFixed, fmtInt, fmtMiB, type RatioSummary, sig, table } from './stats.js';
+import { summariseVerify, type VerifySamples, type VerifySizeResult, type VerifyTiming } from './verify.js';
 import { VERIFY_FLOOR_GOAL } from './verify-floor.js';
 
 const { values } = parseArgs({
@@ -120,12 +119,17 @@ const pipelinePlan: Record<string, PipelinePlan> = quick
     }
   : {
       // An even number of repetitions: each order of the sides runs as often (see runPipelineSize).
-      '300 B': { n: 20_000, warmup: 4000, reps: 8 },
-      '2 KB': { n: 10_000, warmup: 3000, reps: 8 },
+      '300 B': { n: 20_000, warmup: 4000, reps: 6 },
+      '2 KB': { n: 10_000, warmup: 3000, reps: 6 },
       // 64 KB: runs of 1,000 events (~0.6 s) after 250 warm-up events left ratios 0.70–1.06 apart
       // between single runs; 2,000 after 500 narrowed them (docs/performance-log.md).
-      '64 KB': { n: 2000, warmup: 500, reps: 8 },
+      '64 KB': { n: 2000, warmup: 500, reps: 6 },
     };
+/**
+ * Fresh processes per size, whose repetitions are pooled: one process's 8 repetitions gave 300 B
+ * ÷ floor 0.70 in one run and 0.83 in the next (docs/performance-log.md).
+ */
+const PIPELINE_PROCESSES = quick ? 1 : 3;
 const CONCURRENCY = 64;
 
 const t0 = performance.now();
@@ -215,8 +219,8 @@ function runVerifyChild(size: string): Promise<VerifySamples> {
 }
 
 /** Runs section (b) for one size in its own process (bench/pipeline-child.ts). */
-function runPipelineChild(args: readonly string[]): Promise<PipelineSizeResult> {
-  return runChild<PipelineSizeResult>('./pipeline-child.ts', args, 'pipeline bench');
+function runPipelineChild(args: readonly string[]): Promise<PipelineSamples> {
+  return runChild<PipelineSamples>('./pipeline-child.ts', args, 'pipeline bench');
 }
 
 /** Forks `script` (beside this file) with `args` and resolves with the one message it sends. */
@@ -246,7 +250,8 @@ const AGED_TABLE_ROWS = 500_000;
 let agedTable: PipelineSizeResult | undefined;
 if (runPipeline) {
   console.log(
-    `\n(b) Whole pipeline vs floor — events/s, median of the repetitions, fresh temp dir per run, concurrency ${CONCURRENCY}`,
+    `\n(b) Whole pipeline vs floor — events/s, median of ${PIPELINE_PROCESSES} process${PIPELINE_PROCESSES === 1 ? '' : 'es'} × the repetitions, ` +
+      `fresh temp dir per run, concurrency ${CONCURRENCY}`,
   );
   console.log(
     '    pipeline = MemorySource({ endWhenEmpty }) → createConsumer(createSqliteDedupe, no-op handler), start() → stopped',
@@ -269,20 +274,28 @@ if (runPipeline) {
   for (const size of SIZES) {
     if (sizes && !sizes.includes(size.label)) continue;
     const plan = pipelinePlan[size.label] as PipelinePlan;
-    const result = await runPipelineChild(
-      pipelineChildArgs(
-        size.label,
-        plan,
-        // The tracing code's cost (OpenTelemetry API installed, no SDK): issue 16's 300 B row.
-        size.label === '300 B' ? ['--compare-tracing'] : [],
-      ),
-    );
-    pipelineResults.push(result);
+    const parts: PipelineSamples[] = [];
+    for (let p = 0; p < PIPELINE_PROCESSES; p++) {
+      parts.push(
+        await runPipelineChild(
+          pipelineChildArgs(size.label, plan, [
+            '--control',
+            // The tracing code's cost (OpenTelemetry API installed, no SDK): issue 16's 300 B row.
+            ...(size.label === '300 B' ? ['--compare-tracing'] : []),
+          ]),
+        ),
+      );
+    }
+    pipelineResults.push(summarisePipeline(parts));
   }
   const ev = (s: RunSeries | null) => (s ? fmtInt(s.eventsPerSec) : '—');
   const cpuUs = (s: RunSeries | null) => (s ? fmtFixed(s.cpuUsPerEvent, 1) : '—');
-  const ratioCell = (r: RatioSpread) =>
-    `${fmtFixed(r.median, 2)} (${fmtFixed(r.min, 2)}–${fmtFixed(r.max, 2)})`;
+  /** "0.83 (0.78–0.88)": the median and its 95 % interval. */
+  const ratioCell = (r: RatioSummary) =>
+    `${fmtFixed(r.median, 2)} (${fmtFixed(r.low, 2)}–${fmtFixed(r.high, 2)})`;
+  /** "met (≥ 0.7)", with a warning when the interval reaches across the goal. */
+  const verdictOf = (r: RatioSummary, goal: number) =>
+    `${r.median >= goal ? 'met' : 'BELOW'} (≥ ${goal}${r.low < goal && goal <= r.high ? ', the interval spans it' : ''})`;
   const rows: string[][] = [
     [
       'body',
@@ -293,9 +306,9 @@ if (runPipeline) {
       'CPU µs/ev',
       'floor+c ev/s',
       'CPU µs/ev',
-      '÷ floor (min–max)',
+      '÷ floor (95 %)',
       'by CPU',
-      '÷ floor+c (min–max)',
+      '÷ floor+c (95 %)',
       'by CPU',
       'goals',
     ],
@@ -303,10 +316,6 @@ if (runPipeline) {
   for (const r of pipelineResults) {
     const q = r.ratios;
     const goalC = PIPELINE_CLAIM_COMPLETE_GOAL[r.size] ?? 0.85;
-    const verdict = q
-      ? `${q.floor.wall.median >= PIPELINE_GOAL ? 'met' : 'BELOW'} (≥ ${PIPELINE_GOAL}) / ` +
-        `${q.floorClaimComplete.wall.median >= goalC ? 'met' : 'BELOW'} (≥ ${goalC})`
-      : '';
     rows.push([
       r.size,
       `${fmtInt(r.n)} × ${r.reps}`,
@@ -320,7 +329,7 @@ if (runPipeline) {
       q ? ratioCell(q.floor.cpu) : '—',
       q ? ratioCell(q.floorClaimComplete.wall) : '—',
       q ? ratioCell(q.floorClaimComplete.cpu) : '—',
-      verdict,
+      q ? `${verdictOf(q.floor.wall, PIPELINE_GOAL)} / ${verdictOf(q.floorClaimComplete.wall, goalC)}` : '',
     ]);
   }
   console.log(table(rows));
@@ -328,32 +337,45 @@ if (runPipeline) {
     const t = r.ratios?.untraced;
     if (!t) continue;
     // Judged by CPU: the two runs do the same work, and events/s swings far more on a shared machine.
-    const met = t.cpu.median >= TRACING_GOAL ? 'met' : 'BELOW';
     console.log(
       `    tracing code at ${r.size} (OpenTelemetry API installed, no SDK): pipeline ÷ pipeline with tracing: false = ` +
-        `${ratioCell(t.wall)}, by CPU ${ratioCell(t.cpu)}; goal ≥ ${TRACING_GOAL} by CPU: ${met}`,
+        `${ratioCell(t.wall)}, by CPU ${ratioCell(t.cpu)}; goal by CPU: ${verdictOf(t.cpu, TRACING_GOAL)}`,
     );
   }
-  // The floors run no code of the kit: how far their ratio moves between repetitions is how far
-  // the machine's speed moved during the run, which no change of the kit can cause or cure.
-  const floorsAgainstEachOther = pipelineResults.flatMap((r) => {
-    const { floor, floorClaimComplete } = r;
-    if (!floor || !floorClaimComplete) return [];
-    const perRep = floorClaimComplete.runs.map((x, i) => x / (floor.runs[i] as number));
-    return [`${r.size} ${ratioCell(spread(perRep))}`];
-  });
-  const transactions = pipelineResults.map((r) => `${r.size} ×${r.floorBatch}`);
+  const perSize = (cell: (r: PipelineSizeResult) => string | undefined) =>
+    pipelineResults.flatMap((r) => {
+      const text = cell(r);
+      return text === undefined ? [] : [`${r.size} ${text}`];
+    });
+  const transactions = perSize((r) => `×${r.floorBatch}`);
   if (transactions.length > 0) console.log(`    the floors' transactions (N): ${transactions.join(', ')}`);
-  if (floorsAgainstEachOther.length > 0) {
+  // The floors run no code of the kit: how far their ratios stray is how far the machine's speed
+  // moved during the run, which no change of the kit can cause or cure.
+  const control = perSize((r) => (r.ratios?.control ? ratioCell(r.ratios.control.wall) : undefined));
+  if (control.length > 0) {
+    console.log(`    A/A control, floor ÷ the floor run again in the same repetition: ${control.join(', ')}`);
+  }
+  const apart = perSize((r) => (r.ratios ? ratioCell(r.ratios.floorsApart) : undefined));
+  if (apart.length > 0) {
     console.log(
-      `    the floors against each other, floor+c ÷ floor (no kit code in either; its spread is the machine's): ${floorsAgainstEachOther.join(', ')}`,
+      `    the floors against each other, floor+c ÷ floor (no kit code in either): ${apart.join(', ')}`,
     );
   }
+  const single = perSize((r) => {
+    const q = r.ratios;
+    if (!q) return undefined;
+    const range = (x: RatioSummary) => `${fmtFixed(x.min, 2)}–${fmtFixed(x.max, 2)}`;
+    return `÷ floor ${range(q.floor.wall)}, ÷ floor+c ${range(q.floorClaimComplete.wall)}`;
+  });
+  if (single.length > 0) console.log(`    single repetitions ranged: ${single.join('; ')}`);
   console.log(
-    '    ratios are taken in each repetition (pipeline, floor, floor+c back to back, the order reversed every other repetition), median (min–max) of the repetitions;',
+    `    ratios are taken in each repetition (the sides back to back, their order reversed every other repetition) and pooled over ${PIPELINE_PROCESSES} fresh process${PIPELINE_PROCESSES === 1 ? '' : 'es'} per size;`,
   );
   console.log(
-    '    "by CPU" = floor CPU µs/ev ÷ pipeline CPU µs/ev (the process\'s user+system time: steadier than events/s on a shared machine)',
+    '    median (95 % = where the median of such repetitions lies, 19 times in 20); goals by the median; "by CPU" = floor CPU µs/ev ÷ pipeline CPU µs/ev',
+  );
+  console.log(
+    '    (this run can tell ratios apart by about as much as the A/A median and interval stray from 1)',
   );
   const spreadCell = (s: RunSeries | null) =>
     s ? `${fmtInt(Math.min(...s.runs))}–${fmtInt(Math.max(...s.runs))}` : '—';
@@ -393,7 +415,7 @@ if (runPipeline) {
     ]);
   }
   console.log(
-    `\n    Spread and memory (MiB; peaks sampled every 20 ms during the pipeline runs; one process per size; inputs are held by the source)`,
+    `\n    Spread and memory (MiB; peaks sampled every 20 ms during the pipeline runs; of the process per size whose RSS grew most; heap per in-flight event: median of the processes; inputs are held by the source)`,
   );
   console.log(
     '    heap per in-flight event: events held in their handlers (≥ concurrency, ~8 MiB of envelopes), full GC, minus the same consumer after as many handled and let go, ÷ events held',
@@ -403,17 +425,23 @@ if (runPipeline) {
   // Later in a worker's life: its file holds a retention's worth of done events, and each random
   // event id walks a deeper B-tree (docs/performance.md, SQLite dedupe). No goal: a reading.
   if (!quick && (!sizes || sizes.includes('300 B'))) {
-    agedTable = await runPipelineChild(
-      pipelineChildArgs('300 B', { n: 20_000, warmup: 3000, reps: 4 }, [
-        '--prefill',
-        String(AGED_TABLE_ROWS),
-      ]),
-    );
-    const q = agedTable.ratios;
+    const aged = summarisePipeline([
+      await runPipelineChild(
+        pipelineChildArgs('300 B', { n: 20_000, warmup: 3000, reps: 4 }, [
+          '--prefill',
+          String(AGED_TABLE_ROWS),
+        ]),
+      ),
+    ]);
+    agedTable = aged;
+    const q = aged.ratios;
+    // Four repetitions: their extremes, not an interval (it would hold the median 7 times in 8).
+    const extremes = (x: RatioSummary) =>
+      `${fmtFixed(x.median, 2)} (${fmtFixed(x.min, 2)}–${fmtFixed(x.max, 2)})`;
     console.log(
-      `\n    On a file already holding ${fmtInt(AGED_TABLE_ROWS)} done events (a copy per run), 300 B, median of ${agedTable.reps}: ` +
-        `pipeline ${ev(agedTable.pipeline)} ev/s, floor ${ev(agedTable.floor)}, floor+c ${ev(agedTable.floorClaimComplete)}; ` +
-        `÷ floor ${q ? ratioCell(q.floor.wall) : '—'}, ÷ floor+c ${q ? ratioCell(q.floorClaimComplete.wall) : '—'}`,
+      `\n    On a file already holding ${fmtInt(AGED_TABLE_ROWS)} done events (a copy per run), 300 B, median (min–max) of ${aged.reps}: ` +
+        `pipeline ${ev(aged.pipeline)} ev/s, floor ${ev(aged.floor)}, floor+c ${ev(aged.floorClaimComplete)}; ` +
+        `÷ floor ${q ? extremes(q.floor.wall) : '—'}, ÷ floor+c ${q ? extremes(q.floorClaimComplete.wall) : '—'}`,
     );
   }
 }
@@ -558,7 +586,6 @@ const seriesJson = (s: RunSeries | null) =>
         cpuRuns: s.cpuRuns.map((x) => sig(x)),
       }
     : null;
-const ratioJson = (r: RatioSpread) => ({ median: sig(r.median, 3), min: sig(r.min, 3), max: sig(r.max, 3) });
 console.log(
   JSON.stringify({
     bench: 'partner-health-events',
@@ -615,17 +642,27 @@ console.log(
       pipeline: seriesJson(r.pipeline),
       floor: seriesJson(r.floor),
       floorClaimComplete: seriesJson(r.floorClaimComplete),
-      pipelineOverFloor: r.ratio === null ? null : sig(r.ratio, 3),
+      processes: r.processes,
+      pipelineOverFloor:
+        r.pipeline && r.floor ? sig(r.pipeline.eventsPerSec / r.floor.eventsPerSec, 3) : null,
       pipelineOverFloorClaimComplete:
         r.pipeline && r.floorClaimComplete
           ? sig(r.pipeline.eventsPerSec / r.floorClaimComplete.eventsPerSec, 3)
           : null,
       ratios: r.ratios
         ? {
-            floorWall: ratioJson(r.ratios.floor.wall),
-            floorCpu: ratioJson(r.ratios.floor.cpu),
-            floorClaimCompleteWall: ratioJson(r.ratios.floorClaimComplete.wall),
-            floorClaimCompleteCpu: ratioJson(r.ratios.floorClaimComplete.cpu),
+            floorWall: summaryJson(r.ratios.floor.wall),
+            floorCpu: summaryJson(r.ratios.floor.cpu),
+            floorClaimCompleteWall: summaryJson(r.ratios.floorClaimComplete.wall),
+            floorClaimCompleteCpu: summaryJson(r.ratios.floorClaimComplete.cpu),
+            floorsApart: summaryJson(r.ratios.floorsApart),
+            ...(r.ratios.control ? { control: summaryJson(r.ratios.control.wall) } : {}),
+            ...(r.ratios.untraced
+              ? {
+                  untracedWall: summaryJson(r.ratios.untraced.wall),
+                  untracedCpu: summaryJson(r.ratios.untraced.cpu),
+                }
+              : {}),
           }
         : null,
       goalMet: r.ratios ? r.ratios.floor.wall.median >= PIPELINE_GOAL : null,
@@ -654,8 +691,8 @@ console.log(
           floorClaimComplete: seriesJson(agedTable.floorClaimComplete),
           ratios: agedTable.ratios
             ? {
-                floorWall: ratioJson(agedTable.ratios.floor.wall),
-                floorClaimCompleteWall: ratioJson(agedTable.ratios.floorClaimComplete.wall),
+                floorWall: summaryJson(agedTable.ratios.floor.wall),
+                floorClaimCompleteWall: summaryJson(agedTable.ratios.floorClaimComplete.wall),
               }
             : null,
         }

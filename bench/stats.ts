@@ -33,6 +33,20 @@ export function medianInterval(values: readonly number[], confidence = 0.95): { 
   return { low: sorted[cut] as number, high: sorted[n - 1 - cut] as number };
 }
 
+/** Per-round (or per-repetition) ratios summarised: median, the 95 % interval of the median, and the extremes. */
+export interface RatioSummary {
+  readonly median: number;
+  readonly low: number;
+  readonly high: number;
+  readonly min: number;
+  readonly max: number;
+}
+
+export function summariseRatios(perRound: readonly number[]): RatioSummary {
+  const { low, high } = medianInterval(perRound);
+  return { median: median(perRound), low, high, min: Math.min(...perRound), max: Math.max(...perRound) };
+}
+
 /**
  * The sides of repetition `r` in the order to run them: as given, reversed every other
  * repetition. A run is slower right after some runs than after others (docs/performance-log.md,

@@ -21,7 +21,7 @@ import { Webhook } from 'svix';
 import { Keyring } from '../src/core/secrets.js';
 import { verifyMessage } from '../src/core/verify.js';
 import { makeVerifyInputs, OUR_SECRET, SIZES, STRIPE_SECRET, SVIX_SECRET } from './fixtures.js';
-import { median, medianInterval, repetitionOrder } from './stats.js';
+import { median, type RatioSummary, repetitionOrder, summariseRatios } from './stats.js';
 import { bareVerify } from './verify-floor.js';
 
 export interface VerifyTiming {
@@ -49,20 +49,6 @@ export interface VerifySizeResult {
   readonly oursOverFloorCpu: RatioSummary;
   /** The A/A control: the floor ÷ the floor timed again beside it, by ops/s. About 1 in a run that can be trusted. */
   readonly floorOverFloor: RatioSummary;
-}
-
-/** Per-round ratios summarised: median, the 95 % interval of the median, and the extremes. */
-export interface RatioSummary {
-  readonly median: number;
-  readonly low: number;
-  readonly high: number;
-  readonly min: number;
-  readonly max: number;
-}
-
-function summarise(perRound: readonly number[]): RatioSummary {
-  const { low, high } = medianInterval(perRound);
-  return { median: median(perRound), low, high, min: Math.min(...perRound), max: Math.max(...perRound) };
 }
 
 export interface VerifyBenchOptions {
@@ -232,8 +218,8 @@ export function summariseVerify(parts: readonly VerifySamples[]): VerifySizeResu
     floor,
     oursOverStripe: ours.opsPerSec / stripe.opsPerSec,
     oursOverSvix: ours.opsPerSec / svix.opsPerSec,
-    oursOverFloor: summarise(perRound),
-    oursOverFloorCpu: summarise(perRoundCpu),
-    floorOverFloor: summarise(control),
+    oursOverFloor: summariseRatios(perRound),
+    oursOverFloorCpu: summariseRatios(perRoundCpu),
+    floorOverFloor: summariseRatios(control),
   };
 }
