@@ -238,9 +238,9 @@ const HEAP_SAMPLE_BYTES = 8 * 1024 * 1024;
  * after full collections once `held` events are held in their handlers, minus its heap after
  * a first round of `held` other events handled and let go (its code compiled, its store open,
  * what a running worker holds anyway), ÷ `held`. The envelope strings are held by `raws` in both.
- * The baseline is taken after the event loop turned: until then a finished run (a bench
- * repetition before, say) is still reachable from a callback scheduled for the next turn, and
- * its 3 MB counted into the baseline made the figure negative.
+ * The baseline is taken after the event loop turned: a stopped consumer used to stay reachable
+ * until then (the receive loop's and the SQLite store's callbacks for the next turn, cancelled
+ * since), and a bench repetition's 3 MB counted into the baseline made the figure negative.
  */
 export async function measureHeapPerInFlight(raws: readonly string[], concurrency: number): Promise<number> {
   const envelopeLength = raws[0]?.length ?? 1;

@@ -6,6 +6,8 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { setFlagsFromString } from 'node:v8';
+import { runInNewContext } from 'node:vm';
 import { afterEach, describe, expect, it } from 'vitest';
 import { createMemorySource } from '../adapters/memory/index.js';
 import { createConsumer } from '../src/consumer/consumer.js';
@@ -58,6 +60,59 @@ describe('a busy consumer lets the event loop turn', () => {
       expect(handled).toBe(400);
       // The first receives of 64 each let the loop turn: the timer sees at most a few batches done.
       expect(await atTimer).toBeLessThan(200);
+    });
+  }
+});
+
+describe('a stopped consumer is let go at once', () => {
+  setFlagsFromString('--expose-gc');
+  const gc = runInNewContext('gc') as () => void;
+
+  /** Runs a consumer over `events` small events until `stopped`; only a WeakRef to it is kept. */
+  async function runToTheEnd(store: DedupeStore, events: number): Promise<WeakRef<object>> {
+    const source = createMemorySource({ endWhenEmpty: true });
+    for (let i = 0; i < events; i++) source.send(createTestEnvelope('daily.data.steps.created').raw);
+    const consumer = createConsumer({
+      source,
+      secrets: [{ id: 'current', secret: TEST_SIGNING_SECRET }],
+      dedupe: store,
+      logger: silentLogger(),
+      concurrency: 64,
+    });
+    consumer.on('daily.data.steps.created', () => {});
+    // Made before the run: a WeakRef holds its target until the task that made it ends.
+    const ref = new WeakRef(consumer);
+    await consumer.start();
+    await consumer.stopped;
+    expect(source.settled).toHaveLength(events);
+    return ref;
+  }
+
+  it('a SQLite store closed with a commit scheduled for the next turn commits at once and cancels it', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'phe-turns-'));
+    dirs.push(dir);
+    const closeWithAClaimQueued = async (): Promise<WeakRef<object>> => {
+      const store = createSqliteDedupe({ path: join(dir, 'dedupe.sqlite') });
+      const ref = new WeakRef(store);
+      // A WeakRef holds its target until the task that made it ends.
+      await new Promise((resolve) => setTimeout(resolve, 0));
+      const claim = store.claim('evt_queued', 60_000); // its commit waits for the next turn
+      await store.close();
+      expect(await claim).toMatchObject({ status: 'claimed' });
+      return ref;
+    };
+    const store = await closeWithAClaimQueued();
+    gc();
+    expect(store.deref()).toBeUndefined();
+  });
+
+  for (const [name, store] of Object.entries(stores)) {
+    it(`with the ${name} store, nothing it scheduled keeps it reachable once stopped resolves`, async () => {
+      // The receive loop's mark of the next turn and the store's flush in the next turn were
+      // left pending, and held the consumer (~3 MB after 20,000 events) until the loop turned.
+      const consumer = await runToTheEnd(store(), 300);
+      gc();
+      expect(consumer.deref()).toBeUndefined();
     });
   }
 });

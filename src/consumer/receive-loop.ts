@@ -62,8 +62,11 @@ export class ReceiveLoop<M extends RawMessage> {
    * not). The receive that clears it schedules the one mark that sets it again.
    */
   #turned = true;
+  /** The pending mark, cleared once the pollers end (it would keep the consumer reachable a turn). */
+  #turnMark: NodeJS.Immediate | undefined;
   readonly #markTurned = (): void => {
     this.#turned = true;
+    this.#turnMark = undefined;
   };
 
   constructor(options: ReceiveLoopOptions<M>) {
@@ -103,6 +106,10 @@ export class ReceiveLoop<M extends RawMessage> {
       Math.min(source.maxConcurrentReceives ?? 1, Math.ceil(concurrency / source.maxBatchSize)),
     );
     await Promise.all(Array.from({ length: pollers }, () => this.#poll()));
+    if (this.#turnMark !== undefined) {
+      clearImmediate(this.#turnMark);
+      this.#markTurned();
+    }
   }
 
   /** Ends receiving: pending receives are aborted, waiting pollers woken. */
@@ -151,7 +158,7 @@ export class ReceiveLoop<M extends RawMessage> {
         continue; // the room may have changed meanwhile
       }
       this.#turned = false;
-      setImmediate(this.#markTurned);
+      this.#turnMark = setImmediate(this.#markTurned);
       const pending = { since: Date.now() };
       const reservedBytes = max * this.#averageSize;
       this.#reserved += max;

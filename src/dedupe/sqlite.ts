@@ -48,8 +48,8 @@ export class SqliteDedupeStore implements DedupeStore {
   readonly #tokenPrefix = randomBytes(6).toString('base64url');
   #tokenSeq = 0;
   #queue: PendingOp[] = [];
-  /** A flush in the next turn of the event loop (setImmediate) is scheduled. */
-  #flushScheduled = false;
+  /** The flush scheduled for the next turn of the event loop, if any (cleared by `close`). */
+  #flushInNextTurn: NodeJS.Immediate | undefined;
   /** A flush once the current code has run (a microtask) is scheduled. */
   #flushSoon = false;
   #closed = false;
@@ -144,6 +144,9 @@ export class SqliteDedupeStore implements DedupeStore {
     if (this.#closed) return;
     this.#flush();
     this.#closed = true;
+    // Nothing left for it to do; pending, it would keep the store (and its owner) reachable a turn.
+    if (this.#flushInNextTurn !== undefined) clearImmediate(this.#flushInNextTurn);
+    this.#flushInNextTurn = undefined;
     clearInterval(this.#purgeTimer);
     this.#db.close();
   }
@@ -188,9 +191,8 @@ export class SqliteDedupeStore implements DedupeStore {
           this.#flushSoon = true;
           queueMicrotask(this.#flushNow);
         }
-      } else if (!this.#flushScheduled) {
-        this.#flushScheduled = true;
-        setImmediate(this.#flushInTurn);
+      } else if (this.#flushInNextTurn === undefined) {
+        this.#flushInNextTurn = setImmediate(this.#flushInTurn);
       }
     });
   }
@@ -201,7 +203,7 @@ export class SqliteDedupeStore implements DedupeStore {
   };
 
   readonly #flushInTurn = (): void => {
-    this.#flushScheduled = false;
+    this.#flushInNextTurn = undefined;
     this.#flush();
   };
 
