@@ -503,9 +503,9 @@ export function summarisePipeline(parts: readonly PipelineSamples[]): PipelineSi
   const pooled = (side: (p: PipelineSamples) => RunSeries | null): RunSeries | null => {
     const all = parts.map(side);
     if (all.some((s) => s === null)) return null;
-    const series = all as RunSeries[];
-    const runs = series.flatMap((s) => s.runs);
-    const cpuRuns = series.flatMap((s) => s.cpuRuns);
+    const present = all as RunSeries[];
+    const runs = present.flatMap((s) => s.runs);
+    const cpuRuns = present.flatMap((s) => s.cpuRuns);
     const eventsPerSec = median(runs);
     return { eventsPerSec, usPerEvent: 1e6 / eventsPerSec, runs, cpuUsPerEvent: median(cpuRuns), cpuRuns };
   };

@@ -37,7 +37,7 @@ import {
 import { type RedisBenchResult, redisJson, runRedisSection } from './redis.js';
 import { printServerlessRows, runServerlessBench, type ServerlessRow } from './serverless.js';
 import { runSidecarBench, type SidecarRow } from './sidecar.js';
-import { fmtFixed, fmtInt, fmtMiB, type RatioSummary, sig, table } from './stats.js';
+import { fmtFixed, fmtInt, fmtMiB, type RatioSummary, sig, spansGoal, table } from './stats.js';
 import { summariseVerify, type VerifySamples, type VerifySizeResult, type VerifyTiming } from './verify.js';
 import { VERIFY_FLOOR_GOAL } from './verify-floor.js';
 
@@ -179,8 +179,7 @@ if (runVerify) {
     const f = r.oursOverFloor;
     const c = r.oursOverFloorCpu;
     const a = r.floorOverFloor;
-    const spans =
-      f.low < VERIFY_FLOOR_GOAL && VERIFY_FLOOR_GOAL <= f.high ? ', the interval spans the goal' : '';
+    const spans = spansGoal(f, VERIFY_FLOOR_GOAL) ? ', the interval spans the goal' : '';
     line(
       'floor',
       r.floor,
@@ -295,7 +294,7 @@ if (runPipeline) {
     `${fmtFixed(r.median, 2)} (${fmtFixed(r.low, 2)}–${fmtFixed(r.high, 2)})`;
   /** "met (≥ 0.7)", with a warning when the interval reaches across the goal. */
   const verdictOf = (r: RatioSummary, goal: number) =>
-    `${r.median >= goal ? 'met' : 'BELOW'} (≥ ${goal}${r.low < goal && goal <= r.high ? ', the interval spans it' : ''})`;
+    `${r.median >= goal ? 'met' : 'BELOW'} (≥ ${goal}${spansGoal(r, goal) ? ', the interval spans it' : ''})`;
   const rows: string[][] = [
     [
       'body',

@@ -47,6 +47,11 @@ export function summariseRatios(perRound: readonly number[]): RatioSummary {
   return { median: median(perRound), low, high, min: Math.min(...perRound), max: Math.max(...perRound) };
 }
 
+/** Whether the median's interval reaches across `goal`: a verdict this run cannot make firmly. */
+export function spansGoal(r: RatioSummary, goal: number): boolean {
+  return r.low < goal && goal <= r.high;
+}
+
 /**
  * The sides of repetition `r` in the order to run them: as given, reversed every other
  * repetition. A run is slower right after some runs than after others (docs/performance-log.md,

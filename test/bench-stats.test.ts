@@ -6,7 +6,7 @@ import {
   type RunSeries,
   summarisePipeline,
 } from '../bench/pipeline.js';
-import { median, medianInterval } from '../bench/stats.js';
+import { median, medianInterval, spansGoal, summariseRatios } from '../bench/stats.js';
 
 describe('medianInterval (bench/stats.ts)', () => {
   const oneTo = (n: number) => Array.from({ length: n }, (_, i) => n - i); // unsorted on purpose
@@ -124,5 +124,16 @@ describe('summarisePipeline (bench/pipeline.ts)', () => {
     expect(summarisePipeline([a, b]).ratios?.control).toBeUndefined();
     expect(() => summarisePipeline([a, { ...b, size: '2 KB' }])).toThrow(/one size/);
     expect(() => summarisePipeline([])).toThrow(/at least one part/);
+  });
+});
+
+describe('spansGoal (bench/stats.ts)', () => {
+  it("is true only when the goal lies above the interval's low end and at most its high end", () => {
+    const r = summariseRatios([0.68, 0.7, 0.72, 0.75, 0.8, 0.84, 0.9, 0.95]);
+    expect(r).toMatchObject({ low: 0.7, high: 0.9 });
+    expect(spansGoal(r, 0.85)).toBe(true);
+    expect(spansGoal(r, 0.9)).toBe(true);
+    expect(spansGoal(r, 0.7)).toBe(false); // the whole interval meets it
+    expect(spansGoal(r, 0.95)).toBe(false); // the whole interval misses it
   });
 });
