@@ -106,10 +106,8 @@ export class ReceiveLoop<M extends RawMessage> {
       Math.min(source.maxConcurrentReceives ?? 1, Math.ceil(concurrency / source.maxBatchSize)),
     );
     await Promise.all(Array.from({ length: pollers }, () => this.#poll()));
-    if (this.#turnMark !== undefined) {
-      clearImmediate(this.#turnMark);
-      this.#markTurned();
-    }
+    clearImmediate(this.#turnMark); // the mark a receive left pending: done as it would do it
+    this.#markTurned();
   }
 
   /** Ends receiving: pending receives are aborted, waiting pollers woken. */
