@@ -277,6 +277,38 @@ describe('dead letters of messages that never verified are stored bounded', () =
   });
 });
 
+describe('a dead letter whose enqueue time is no time', () => {
+  it('is written with enqueued_at null, not retried forever: process() given NaN, Infinity or an out-of-range time', async () => {
+    const { path, consumer } = deadLetteringConsumer();
+    consumer.on('*', () => {});
+    try {
+      // As `Number(m.Attributes?.SentTimestamp)` gives when the attribute was not asked for.
+      const times = [Number.NaN, Number.POSITIVE_INFINITY, 9e15];
+      for (const [i, enqueuedAt] of times.entries()) {
+        const result = await consumer.process({ id: `m-${i}`, body: 'not json', attempt: 1, enqueuedAt });
+        expect(result.outcome).toMatchObject({ kind: 'dead', code: 'MALFORMED_ENVELOPE' });
+      }
+      const schemaInvalid = deadOnArrival(10);
+      const result = await consumer.process({
+        id: 'm-s',
+        body: schemaInvalid.raw,
+        attempt: 1,
+        enqueuedAt: Number.NaN,
+      });
+      expect(result.outcome).toMatchObject({ kind: 'dead', code: 'SCHEMA_INVALID' });
+    } finally {
+      await consumer.stop();
+    }
+    const records = readJsonl(path);
+    expect(records.map((r) => [r.message_id, r.enqueued_at])).toEqual([
+      ['m-0', null],
+      ['m-1', null],
+      ['m-2', null],
+      ['m-s', null],
+    ]);
+  });
+});
+
 describe('a truncated dead letter is refused, never re-driven', () => {
   /** A valid, signed 100 KB event recorded as SIGNATURE_MISMATCH (say, before a rotation reached us). */
   function truncatedRecordFile() {

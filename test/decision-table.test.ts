@@ -94,6 +94,10 @@ const CASES: Readonly<Record<string, Case>> = {
         facts: { kind: 'handler-threw', error: new RetryLaterError('later', { delayMs: 1234 }) },
         variants: ['with-delay'],
       },
+      // Not a delay: the backoff instead (NaN would retry at once, every attempt in milliseconds).
+      ...[Number.NaN, -1, Number.POSITIVE_INFINITY].map((delayMs) => ({
+        facts: { kind: 'handler-threw', error: new RetryLaterError('later', { delayMs }) } as const,
+      })),
     ],
   },
   '`HANDLER_REQUESTED_DEAD_LETTER`': {
@@ -122,6 +126,10 @@ const CASES: Readonly<Record<string, Case>> = {
     ],
   },
   '`HANDLER_ABANDONED`': { samples: [{ facts: { kind: 'abandoned', times: 3 } }] },
+  'a bug of the kit after verification, `INTERNAL_ERROR`': {
+    code: 'INTERNAL_ERROR',
+    samples: [{ facts: { kind: 'kit-failed', error: new TypeError('x is undefined') } }],
+  },
   '`DEDUPE_UNAVAILABLE`': {
     samples: [{ facts: { kind: 'store-unavailable', error: new Error('refused') } }],
   },

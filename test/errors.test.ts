@@ -18,4 +18,31 @@ describe('errorMessage (what logs and readiness show of a failure)', () => {
     expect(errorMessage('plain text')).toBe('plain text');
     expect(errorMessage(42)).toBe('42');
   });
+
+  it('never throws, whatever was thrown: a handler may throw a value with no string form', () => {
+    const throwingMessage = new Error('x');
+    Object.defineProperty(throwingMessage, 'message', {
+      get() {
+        throw new Error('no message for you');
+      },
+    });
+    const odd: [unknown, string][] = [
+      [Object.create(null), 'unprintable thrown value [object Object]'],
+      [
+        {
+          toString: () => {
+            throw new Error('no');
+          },
+        },
+        'unprintable thrown value [object Object]',
+      ],
+      [Object.assign(new Error('x'), { message: 42 }), 'Error'],
+      [throwingMessage, 'unprintable thrown value [object Error]'],
+      [Symbol('s'), 'Symbol(s)'],
+      [undefined, 'undefined'],
+      [null, 'null'],
+      [new AggregateError([Object.create(null)], ''), 'unprintable thrown value [object Object]'],
+    ];
+    for (const [value, text] of odd) expect(errorMessage(value)).toBe(text);
+  });
 });

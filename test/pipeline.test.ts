@@ -3,7 +3,12 @@ import { type Logger, pino } from 'pino';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { createMemorySource, type MemoryMessage } from '../adapters/memory/index.js';
 import { createConsumer } from '../src/consumer/consumer.js';
-import { COMMIT_AT_ONCE_BYTES, Pipeline, type PipelineSettings } from '../src/consumer/pipeline.js';
+import {
+  COMMIT_AT_ONCE_BYTES,
+  Pipeline,
+  type PipelineSettings,
+  type ProcessResult,
+} from '../src/consumer/pipeline.js';
 import { Router } from '../src/consumer/router.js';
 import {
   createTestEnvelope,
@@ -368,6 +373,56 @@ describe('dedupe is a lease, not a flag', () => {
     expect((await running).outcome).toEqual({ kind: 'ack', result: 'handled' });
   });
 
+  it('aborts the handler before its lease lapses when an extension never answers (a hung store), so no second copy runs beside it', async () => {
+    const dedupe = createMemoryDedupe();
+    const extend = vi.spyOn(dedupe, 'extend').mockReturnValue(new Promise<boolean>(() => undefined));
+    const event = createTestEnvelope('daily.data.steps.created');
+    let abortedAt: number | undefined;
+    const handler = vi.fn((_e: unknown, ctx: { signal: AbortSignal }) => {
+      ctx.signal.addEventListener('abort', () => {
+        abortedAt = Date.now();
+      });
+      return new Promise<void>(() => undefined);
+    });
+    const { pipeline: p } = pipeline(new Router().on('*', handler), {
+      dedupe,
+      settings: { leaseMs: 300, handlerTimeoutMs: 5_000 },
+    });
+    const claimedBy = Date.now() + 300;
+    const result = await p.process(message(event.raw));
+    expect(result.outcome).toMatchObject({ kind: 'retry', code: 'LEASE_LOST' });
+    // Before the lease would lapse, not at the 5 s handler timeout; one extension asked, not one per tick.
+    expect(abortedAt).toBeLessThan(claimedBy);
+    expect(extend).toHaveBeenCalledOnce();
+  });
+
+  it("an extension's late answer does not abort a handler whose event was already settled", async () => {
+    const dedupe = createMemoryDedupe();
+    let answer: (held: boolean) => void = () => {};
+    vi.spyOn(dedupe, 'extend').mockImplementation(
+      () =>
+        new Promise<boolean>((resolve) => {
+          answer = resolve;
+        }),
+    );
+    let signal: AbortSignal | undefined;
+    let finish: () => void = () => {};
+    const handler = vi.fn((_e: unknown, ctx: { signal: AbortSignal }) => {
+      signal = ctx.signal;
+      return new Promise<void>((resolve) => {
+        finish = resolve;
+      });
+    });
+    const { pipeline: p } = pipeline(new Router().on('*', handler), { dedupe, settings: { leaseMs: 300 } });
+    const running = p.process(message(createTestEnvelope('daily.data.steps.created').raw));
+    await vi.waitFor(() => expect(dedupe.extend).toHaveBeenCalled(), { timeout: 2000 });
+    finish();
+    expect((await running).outcome).toEqual({ kind: 'ack', result: 'handled' });
+    answer(false); // "taken over", too late to matter: the event is done
+    await new Promise((r) => setTimeout(r, 10));
+    expect(signal?.aborted).toBe(false);
+  });
+
   it('retries (never acks) while the dedupe store is unreachable', async () => {
     const dedupe = createMemoryDedupe();
     vi.spyOn(dedupe, 'claim').mockRejectedValue(new DedupeUnavailableError('connection refused'));
@@ -417,6 +472,214 @@ describe("a bug in verification is the kit's fault, not the message's", () => {
     const result = await p.process(message('not json at all'));
     expect(result.outcome).toMatchObject({ kind: 'dead', code: 'MALFORMED_ENVELOPE' });
     expect(lines.filter((l) => Number(l.level) >= 50)).toEqual([]);
+  });
+});
+
+describe('a bug of the kit in the middle of a batch', () => {
+  /** The memory store, but its batch claim answers garbage for the last event: a bug's stand-in. */
+  class GarbledClaims extends MemoryDedupeStore {
+    override async claimMany(ids: readonly string[], leaseMs: number): Promise<ClaimResult[]> {
+      const answers = await super.claimMany(ids, leaseMs);
+      return [...answers.slice(0, -1), null as unknown as ClaimResult];
+    }
+  }
+
+  /** A router whose lookup throws for one type: a bug's stand-in on the per-event path. */
+  class ThrowingRouter extends Router {
+    override match(type: Parameters<Router['match']>[0]): ReturnType<Router['match']> {
+      if (type === 'daily.data.heart_rate.created') throw new TypeError('routes is undefined');
+      return super.match(type);
+    }
+  }
+
+  function gate() {
+    let open: () => void = () => {};
+    const opened = new Promise<void>((resolve) => {
+      open = resolve;
+    });
+    return { opened, open };
+  }
+
+  it('claims together: every message is reported once, only after the running handler ended; the rest get INTERNAL_ERROR and their claims back', async () => {
+    const slowHandler = gate();
+    const slow = createTestEnvelope('daily.data.steps.created');
+    const quick = createTestEnvelope('daily.data.steps.created');
+    const garbled = createTestEnvelope('daily.data.steps.created');
+    const dedupe = new GarbledClaims();
+    const router = new Router().on('*', (event) =>
+      event.event_id === slow.eventId ? slowHandler.opened : undefined,
+    );
+    const lines: { level: number; msg: string }[] = [];
+    const logger = pino({ level: 'info' }, { write: (line: string) => void lines.push(JSON.parse(line)) });
+    const { pipeline: p } = pipeline(router, { dedupe, logger });
+    const results = new Map<number, ProcessResult[]>();
+    let done = false;
+    const batch = p
+      .processBatch([message(slow.raw), message(quick.raw), message(garbled.raw)], (i, r) => {
+        results.set(i, [...(results.get(i) ?? []), r]);
+      })
+      .then(() => {
+        done = true;
+      });
+    await new Promise((r) => setTimeout(r, 20));
+    // The slow handler still runs: nothing may be let go of yet (its slot is still taken).
+    expect(done).toBe(false);
+    expect(results.size).toBe(0);
+    slowHandler.open();
+    await batch;
+    expect([...results.values()].map((r) => r.length)).toEqual([1, 1, 1]);
+    expect(results.get(0)?.[0]?.outcome).toEqual({ kind: 'ack', result: 'handled' });
+    for (const i of [1, 2]) {
+      expect(results.get(i)?.[0]?.outcome).toMatchObject({
+        kind: 'retry',
+        code: 'INTERNAL_ERROR',
+        reason: expect.stringMatching(/^unexpected exception while processing: /),
+      });
+    }
+    expect(await dedupe.peek(slow.eventId)).toBe('done');
+    // Its claim was released: the next delivery runs it at once, not after the lease.
+    expect(await dedupe.peek(quick.eventId)).toBe('absent');
+    expect(lines.filter((l) => l.level === 50).map((l) => l.msg)).toEqual([
+      'unexpected exception while processing a batch',
+    ]);
+    const last = await p.process(message(quick.raw, SETTINGS.retry.maxAttempts));
+    expect(last.outcome).toEqual({ kind: 'ack', result: 'handled' });
+  });
+
+  it('claims one by one: the same, and a message that never reached its claim says so', async () => {
+    const slowHandler = gate();
+    const slow = createTestEnvelope('daily.data.steps.created');
+    const broken = createTestEnvelope('daily.data.heart_rate.created');
+    const memory = createMemoryDedupe();
+    const dedupe: DedupeStore = {
+      claim: (id, leaseMs) => memory.claim(id, leaseMs),
+      extend: (id, token, leaseMs) => memory.extend(id, token, leaseMs),
+      complete: (id, token, retentionMs) => memory.complete(id, token, retentionMs),
+      release: (id, token) => memory.release(id, token),
+      peek: (id) => memory.peek(id),
+      close: () => memory.close(),
+    };
+    const { pipeline: p } = pipeline(
+      new ThrowingRouter().on('*', () => slowHandler.opened),
+      { dedupe },
+    );
+    const results: [number, ProcessResult][] = [];
+    let done = false;
+    const batch = p
+      .processBatch([message(slow.raw), message(broken.raw)], (i, r) => void results.push([i, r]))
+      .then(() => {
+        done = true;
+      });
+    await new Promise((r) => setTimeout(r, 20));
+    expect(done).toBe(false);
+    expect(results).toEqual([]);
+    slowHandler.open();
+    await batch;
+    expect(results.map(([i, r]) => [i, r.outcome.kind, r.store])).toEqual([
+      [0, 'ack', 'answered'],
+      [1, 'retry', 'not-asked'],
+    ]);
+    expect(results[1]?.[1].outcome).toMatchObject({ code: 'INTERNAL_ERROR' });
+    expect(await memory.peek(broken.eventId)).toBe('absent');
+  });
+
+  it('in a consumer: no slot is freed while a handler runs, stop() waits for it, and nothing is lost', async () => {
+    const slowHandler = gate();
+    const slow = createTestEnvelope('daily.data.steps.created');
+    const garbled = createTestEnvelope('daily.data.steps.created');
+    let running = 0;
+    const h2 = harness({ dedupe: new GarbledClaims(), concurrency: 4 });
+    try {
+      h2.consumer.on('*', async (event) => {
+        running++;
+        if (event.event_id === slow.eventId) await slowHandler.opened;
+        running--;
+      });
+      h2.source.send(slow.raw);
+      h2.source.send(garbled.raw);
+      await h2.consumer.start();
+      await vi.waitFor(() => expect(running).toBe(1));
+      await new Promise((r) => setTimeout(r, 20));
+      expect(h2.consumer.status.inFlight).toBe(2);
+      let stopped = false;
+      const stopping = h2.consumer.stop().then(() => {
+        stopped = true;
+      });
+      await new Promise((r) => setTimeout(r, 20));
+      expect(stopped).toBe(false);
+      slowHandler.open();
+      await stopping;
+      expect(h2.consumer.status.inFlight).toBe(0);
+      expect(running).toBe(0);
+      const outcomes = h2.source.settled.map((s) => (s.outcome.kind === 'ack' ? 'ack' : s.outcome.code));
+      expect(outcomes.sort()).toEqual(['INTERNAL_ERROR', 'ack']);
+    } finally {
+      await h2.cleanup();
+    }
+  });
+});
+
+describe('a handler may throw anything', () => {
+  it('a value with no string form fails its own message only: the others of its batch are acked, and it is retried then dead-lettered', async () => {
+    const h2 = harness({ endWhenEmpty: true, concurrency: 8 });
+    try {
+      const events = [0, 1, 2].map(() => createTestEnvelope('daily.data.steps.created'));
+      const bad = events[1]?.eventId;
+      const calls = new Map<string, number>();
+      h2.consumer.on('*', (event) => {
+        calls.set(event.event_id, (calls.get(event.event_id) ?? 0) + 1);
+        if (event.event_id === bad) throw Object.create(null);
+      });
+      for (const e of events) h2.source.send(e.raw);
+      await h2.consumer.start();
+      await h2.consumer.stopped;
+      expect(events.map((e) => calls.get(e.eventId))).toEqual([1, 3, 1]);
+      const outcomes = h2.reports.map((r) => [
+        r.eventId,
+        r.outcome.kind,
+        r.outcome.kind === 'ack' ? '' : r.outcome.code,
+      ]);
+      expect(outcomes.filter(([id]) => id !== bad)).toEqual([
+        [events[0]?.eventId, 'ack', ''],
+        [events[2]?.eventId, 'ack', ''],
+      ]);
+      expect(outcomes.filter(([id]) => id === bad).map(([, kind]) => kind)).toEqual([
+        'retry',
+        'retry',
+        'dead',
+      ]);
+      const dead = h2.reports.find((r) => r.outcome.kind === 'dead');
+      expect(dead?.outcome).toMatchObject({
+        code: 'HANDLER_FAILED',
+        reason: expect.stringContaining('unprintable thrown value'),
+      });
+      expect(h2.consumer.status.inFlight).toBe(0);
+    } finally {
+      await h2.cleanup();
+    }
+  });
+
+  it('a store that throws instead of rejecting is unavailable, not a bug of the batch', async () => {
+    const event = createTestEnvelope('daily.data.steps.created');
+    const memory = createMemoryDedupe();
+    const dedupe: DedupeStore = {
+      claim: () => {
+        throw new Error('client is closed');
+      },
+      extend: (id, token, leaseMs) => memory.extend(id, token, leaseMs),
+      complete: (id, token, retentionMs) => memory.complete(id, token, retentionMs),
+      release: (id, token) => memory.release(id, token),
+      peek: (id) => memory.peek(id),
+      close: () => memory.close(),
+    };
+    const { pipeline: p } = pipeline(new Router().on('*', vi.fn()), { dedupe });
+    const result = await p.process(message(event.raw));
+    expect(result.outcome).toMatchObject({
+      kind: 'retry',
+      code: 'DEDUPE_UNAVAILABLE',
+      reason: 'client is closed',
+    });
+    expect(result.store).toBe('unavailable');
   });
 });
 

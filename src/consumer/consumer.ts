@@ -299,6 +299,7 @@ export class Consumer<M extends RawMessage = RawMessage> {
     const traces = tracer ? batch.map((m) => tracer.begin(m)) : undefined;
     const reported = new Uint8Array(batch.length);
     const onResult = (i: number, result: ProcessResult) => {
+      if (reported[i]) return;
       reported[i] = 1;
       const watch = watches?.[i];
       this.#settle(source, batch[i] as M, result, traces?.[i], watch, settled);
@@ -311,7 +312,9 @@ export class Consumer<M extends RawMessage = RawMessage> {
         traces,
       )
       .catch((error) => {
-        // A bug of the kit: the messages not reported are left unsettled (the broker redelivers them).
+        // processBatch never rejects (a failure of the batch gives each message INTERNAL_ERROR once
+        // all its work ended); this is the last net, for a throw while reporting those: the
+        // messages not reported are left unsettled (the broker redelivers them) and their slots freed.
         this.logger.error({ err: errorMessage(error) }, 'unexpected exception while processing a batch');
         for (let i = 0; i < batch.length; i++) {
           if (reported[i]) continue;

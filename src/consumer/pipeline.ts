@@ -132,7 +132,8 @@ export class Pipeline {
    * succeeded at once are completed in one call; with any other store each message is claimed
    * as it is verified and goes on alone. `onResult(i, result)` reports each message as soon as
    * its result is final (a message whose handlers are still running holds back no other).
-   * Resolves once every message was reported; never rejects. `signals` and `traces` go by index.
+   * Resolves once every message was reported, each exactly once; never rejects. `signals` and
+   * `traces` go by index.
    */
   async processBatch(
     messages: readonly RawMessage[],
@@ -140,6 +141,51 @@ export class Pipeline {
     signals?: readonly (AbortSignalLike | undefined)[],
     traces?: readonly (DeliveryTrace | undefined)[],
   ): Promise<void> {
+    const batch = new BatchInFlight(messages.length, onResult);
+    try {
+      await this.#processAll(messages, batch, signals, traces);
+    } catch (error) {
+      await this.#afterKitFailure(messages, batch, error);
+    }
+  }
+
+  /**
+   * A bug of the kit threw in the middle of a batch. First every message still on its way (a
+   * handler running, a claim or complete asked) ends, so that no slot is freed while its handler
+   * runs; then each message left without a result gets `INTERNAL_ERROR` (retried, dead after N,
+   * so nothing is lost) and any claim it holds is released.
+   */
+  async #afterKitFailure(
+    messages: readonly RawMessage[],
+    batch: BatchInFlight,
+    error: unknown,
+  ): Promise<void> {
+    await Promise.allSettled(batch.running);
+    this.#deps.logger.error({ err: errorMessage(error) }, 'unexpected exception while processing a batch');
+    const facts: Facts = { kind: 'kit-failed', error };
+    for (let i = 0; i < messages.length; i++) {
+      if (batch.isReported(i)) continue;
+      const message = messages[i] as RawMessage;
+      const item = batch.items[i];
+      const decision = decide(facts, message.attempt, this.#settings);
+      if (item && item.token !== '' && decision.claim === 'release')
+        await this.#release(item.eventId, item.token);
+      const started = item?.started ?? performance.now();
+      const store = item && item.token !== '' ? 'answered' : 'not-asked';
+      batch.report(
+        i,
+        this.#finish(message, started, decision.outcome, store, item?.verified, item?.handlerMs),
+      );
+    }
+  }
+
+  async #processAll(
+    messages: readonly RawMessage[],
+    batch: BatchInFlight,
+    signals: readonly (AbortSignalLike | undefined)[] | undefined,
+    traces: readonly (DeliveryTrace | undefined)[] | undefined,
+  ): Promise<void> {
+    const onResult = batch.report;
     const together = this.#claimsTogether;
     const claiming: InFlight[] = [];
     const alone: Promise<void>[] = [];
@@ -156,15 +202,17 @@ export class Pipeline {
         onResult(i, admitted);
         continue;
       }
+      batch.items[i] = admitted;
       if (together) {
         claiming.push(admitted);
         claimingBytes += messageSize(message);
       } else {
-        alone.push(this.#claimAlone(admitted, onResult));
+        alone.push(batch.track(this.#claimAlone(admitted, onResult)));
       }
     }
     if (claiming.length > 0) {
-      await this.#claimTogether(claiming, onResult, { commitAtOnce: claimingBytes >= COMMIT_AT_ONCE_BYTES });
+      const commit = { commitAtOnce: claimingBytes >= COMMIT_AT_ONCE_BYTES };
+      await this.#claimTogether(claiming, batch, commit);
     }
     if (alone.length > 0) await Promise.all(alone);
   }
@@ -176,9 +224,10 @@ export class Pipeline {
    */
   async #claimTogether(
     claiming: readonly InFlight[],
-    onResult: (index: number, result: ProcessResult) => void,
+    batch: BatchInFlight,
     commit: BatchCallOptions,
   ): Promise<void> {
+    const onResult = batch.report;
     const { dedupe } = this.#deps;
     const ids = claiming.map((item) => {
       item.span = item.trace?.step('dedupe.claim');
@@ -192,12 +241,14 @@ export class Pipeline {
       const facts = this.#claimed(item, claims[k] as ClaimResult | StoreFailure, onResult);
       if (facts === undefined) continue; // not claimed: reported
       if (isPromiseLike(facts)) {
-        later.push(facts.then((f) => this.#afterHandlers(item, f)).then((r) => onResult(item.index, r)));
+        later.push(
+          batch.track(facts.then((f) => this.#afterHandlers(item, f)).then((r) => onResult(item.index, r))),
+        );
       } else if (this.#decide(item, facts).claim === 'complete') {
         item.span = item.trace?.step('dedupe.complete');
         completing.push(item);
       } else {
-        later.push(this.#letGoOf(item, facts).then((r) => onResult(item.index, r)));
+        later.push(batch.track(this.#letGoOf(item, facts).then((r) => onResult(item.index, r))));
       }
     }
     if (completing.length > 0) {
@@ -467,6 +518,39 @@ export class Pipeline {
       handlerDurationMs: handlerMs,
       store,
     };
+  }
+}
+
+/**
+ * What a batch has under way: which messages were reported (each exactly once: a second report,
+ * from work that outlived a failure of the batch, is ignored), the promises of the messages still
+ * on their way, and each message's claim once it was admitted.
+ */
+class BatchInFlight {
+  readonly items: (InFlight | undefined)[];
+  readonly running: Promise<void>[] = [];
+  readonly #reported: Uint8Array;
+  readonly #onResult: (index: number, result: ProcessResult) => void;
+
+  constructor(size: number, onResult: (index: number, result: ProcessResult) => void) {
+    this.items = new Array<InFlight | undefined>(size);
+    this.#reported = new Uint8Array(size);
+    this.#onResult = onResult;
+  }
+
+  readonly report = (index: number, result: ProcessResult): void => {
+    if (this.#reported[index]) return;
+    this.#reported[index] = 1;
+    this.#onResult(index, result);
+  };
+
+  isReported(index: number): boolean {
+    return this.#reported[index] === 1;
+  }
+
+  track(work: Promise<void>): Promise<void> {
+    this.running.push(work);
+    return work;
   }
 }
 

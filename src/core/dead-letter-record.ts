@@ -71,13 +71,27 @@ export function deadLetterRecord(
     attempts: message.attempt,
     source,
     message_id: message.id,
-    enqueued_at: message.enqueuedAt === undefined ? null : new Date(message.enqueuedAt).toISOString(),
+    enqueued_at: isoTime(message.enqueuedAt),
     event_id: failure.eventId ?? null,
     event_type: failure.eventType ?? null,
     metadata: message.metadata ?? {},
     ...stored,
   };
 }
+
+/**
+ * An enqueue time as ISO text, or null when there is none a Date can hold: a library user's own
+ * loop may pass `NaN` (`Number(attributes.SentTimestamp)` when the attribute was not asked for),
+ * which verification ignores, and building the record must not throw on it either: a record
+ * that cannot be built would keep a dead message retrying forever.
+ */
+function isoTime(ms: number | undefined): string | null {
+  if (ms === undefined || !Number.isFinite(ms) || Math.abs(ms) > MAX_DATE_MS) return null;
+  return new Date(ms).toISOString();
+}
+
+/** The largest distance from the epoch a Date can hold (ECMAScript, 100,000,000 days). */
+const MAX_DATE_MS = 8.64e15;
 
 type StoredRaw = Pick<
   DeadLetterRecord,

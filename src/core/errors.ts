@@ -156,10 +156,30 @@ export class ForwardError extends PartnerEventsError {
  * URLs whole (fetch: "Request cannot be constructed from a URL that includes credentials: …").
  */
 export function errorMessage(error: unknown): string {
-  // A refused connection to a host with several addresses is an AggregateError with no message.
-  if (error instanceof AggregateError && error.errors.length > 0) {
-    return error.errors.map(errorMessage).join('; ');
+  // Never throws: it runs inside the decision for a failed handler, and a handler may throw
+  // anything (`Object.create(null)`, an Error whose `message` is not a string, an object whose
+  // `toString` throws). A throw here would fail the whole batch instead of one message.
+  try {
+    // A refused connection to a host with several addresses is an AggregateError with no message.
+    if (error instanceof AggregateError && Array.isArray(error.errors) && error.errors.length > 0) {
+      return error.errors.map(errorMessage).join('; ');
+    }
+    if (error instanceof Error) {
+      const message: unknown = error.message;
+      if (typeof message === 'string' && message !== '') return redact(message);
+      return redact(typeof error.name === 'string' && error.name !== '' ? error.name : 'Error');
+    }
+    return redact(String(error));
+  } catch {
+    return unprintable(error);
   }
-  if (error instanceof Error) return redact(error.message || error.name);
-  return redact(String(error));
+}
+
+/** What is said of a thrown value that has no string form: its type tag, e.g. `[object Object]`. */
+function unprintable(error: unknown): string {
+  try {
+    return `unprintable thrown value ${Object.prototype.toString.call(error)}`;
+  } catch {
+    return 'unprintable thrown value';
+  }
 }

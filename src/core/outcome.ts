@@ -102,7 +102,12 @@ export type Facts =
   /** A dead outcome whose dead-letter record could not be written. */
   | { readonly kind: 'dead-letter-failed'; readonly dead: DeadOutcome }
   /** Received after the consumer stopped: nobody handles it (the SQS adapter hands these back). */
-  | { readonly kind: 'not-handled' };
+  | { readonly kind: 'not-handled' }
+  /**
+   * The pipeline itself threw after verification (a bug in the kit), so the message has no result
+   * of its own; any handler it started has ended.
+   */
+  | { readonly kind: 'kit-failed'; readonly error: unknown };
 
 /**
  * What becomes of the event's dedupe claim: `none` when there is none of ours to act on (never
@@ -172,13 +177,7 @@ export function decide(facts: Facts, attempt: number, policy: DecisionPolicy): D
       if (facts.error instanceof VerificationError) {
         return failure(facts.error.code, facts.error.message, attempt, policy);
       }
-      // A bug of the kit, not a property of the message: retried, so a good event is not lost.
-      return failure(
-        'INTERNAL_ERROR',
-        `unexpected exception in verification: ${errorMessage(facts.error)}`,
-        attempt,
-        policy,
-      );
+      return kitBug('in verification', facts.error, attempt, policy, 'none');
     case 'in-progress':
       // Usually the holder finishes in milliseconds: look again soon, backing off per attempt.
       return retry(
@@ -198,6 +197,9 @@ export function decide(facts: Facts, attempt: number, policy: DecisionPolicy): D
       );
     case 'schema-invalid':
       return failure('SCHEMA_INVALID', facts.reason, attempt, policy, 'release');
+    case 'kit-failed':
+      // A claim this delivery holds is let go: the next delivery need not wait for the lease.
+      return kitBug('while processing', facts.error, attempt, policy, 'release');
     case 'handler-threw':
       return handlerThrew(facts.error, attempt, policy);
     case 'handler-aborted':
@@ -211,13 +213,30 @@ export function decide(facts: Facts, attempt: number, policy: DecisionPolicy): D
   }
 }
 
+/** A bug of the kit, not a property of the message: retried, so a good event is not lost. */
+function kitBug(
+  where: string,
+  error: unknown,
+  attempt: number,
+  policy: DecisionPolicy,
+  claim: ClaimAction,
+): Decision {
+  return failure(
+    'INTERNAL_ERROR',
+    `unexpected exception ${where}: ${errorMessage(error)}`,
+    attempt,
+    policy,
+    claim,
+  );
+}
+
 function handlerThrew(error: unknown, attempt: number, policy: DecisionPolicy): Decision {
   // Recognised by code as well, so errors from a second copy of the package (ESM and CJS) work.
   if (
     error instanceof RetryLaterError ||
     (isPartnerEventsError(error) && error.code === 'HANDLER_REQUESTED_RETRY')
   ) {
-    const delayMs = (error as RetryLaterError).delayMs;
+    const delayMs = usableDelay((error as RetryLaterError).delayMs);
     return failure('HANDLER_REQUESTED_RETRY', error.message, attempt, policy, 'release', delayMs);
   }
   if (
@@ -291,6 +310,15 @@ function failure(
     };
   }
   return retry(code, reason, delayMs ?? retryBackoff(attempt, policy), claim);
+}
+
+/**
+ * A handler's own delay, when it is one: a finite number ≥ 0. Anything else (`NaN` from
+ * `Number(missingHeader) * 1000`, a negative or infinite value) would retry at once, every
+ * attempt within milliseconds, or never; the backoff is used instead.
+ */
+function usableDelay(delayMs: unknown): number | undefined {
+  return typeof delayMs === 'number' && Number.isFinite(delayMs) && delayMs >= 0 ? delayMs : undefined;
 }
 
 function retry(code: ErrorCode, reason: string, delayMs: number, claim: ClaimAction = 'none'): Decision {

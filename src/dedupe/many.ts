@@ -9,13 +9,18 @@ export class StoreFailure {
   }
 }
 
-/** One event's claim; never rejects: a failed call answers `StoreFailure`. */
+/** One event's claim; never rejects nor throws: a failed call answers `StoreFailure`. */
 export function claimOne(
   store: DedupeStore,
   eventId: string,
   leaseMs: number,
 ): Promise<ClaimResult | StoreFailure> {
-  return store.claim(eventId, leaseMs).then(identity, toFailure);
+  try {
+    return store.claim(eventId, leaseMs).then(identity, toFailure);
+  } catch (error) {
+    // A store that throws instead of rejecting (or answers no promise) failed all the same.
+    return Promise.resolve(new StoreFailure(error));
+  }
 }
 
 /** One claim's complete; never rejects, as `claimOne`. */
@@ -24,7 +29,11 @@ export function completeOne(
   claim: HeldClaim,
   retentionMs: number,
 ): Promise<boolean | StoreFailure> {
-  return store.complete(claim.eventId, claim.token, retentionMs).then(identity, toFailure);
+  try {
+    return store.complete(claim.eventId, claim.token, retentionMs).then(identity, toFailure);
+  } catch (error) {
+    return Promise.resolve(new StoreFailure(error));
+  }
 }
 
 /**
@@ -39,7 +48,11 @@ export function claimAll(
   options?: BatchCallOptions,
 ): Promise<(ClaimResult | StoreFailure)[]> {
   if (store.claimMany && eventIds.length > 1) {
-    return store.claimMany(eventIds, leaseMs, options).then(identity, failAll(eventIds));
+    try {
+      return store.claimMany(eventIds, leaseMs, options).then(identity, failAll(eventIds));
+    } catch (error) {
+      return Promise.resolve(failAll(eventIds)(error));
+    }
   }
   return Promise.all(eventIds.map((id) => claimOne(store, id, leaseMs)));
 }
@@ -52,7 +65,11 @@ export function completeAll(
   options?: BatchCallOptions,
 ): Promise<(boolean | StoreFailure)[]> {
   if (store.completeMany && claims.length > 1) {
-    return store.completeMany(claims, retentionMs, options).then(identity, failAll(claims));
+    try {
+      return store.completeMany(claims, retentionMs, options).then(identity, failAll(claims));
+    } catch (error) {
+      return Promise.resolve(failAll(claims)(error));
+    }
   }
   return Promise.all(claims.map((c) => completeOne(store, c, retentionMs)));
 }
