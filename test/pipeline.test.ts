@@ -1046,7 +1046,7 @@ describe('consumer: dead letters, settling, shutdown', () => {
     expect(lines.filter((l) => l.msg === 'onSettled threw')).toHaveLength(3);
   });
 
-  it('a source whose settle throws (or rejects) is logged; the slot comes back and the next message goes on', async () => {
+  it('a source whose settle throws, rejects or answers no promise: logged; the slot comes back and the next message goes on', async () => {
     const lines: { msg: string; outcome?: string }[] = [];
     const logger = pino({ level: 'info' }, { write: (line: string) => void lines.push(JSON.parse(line)) });
     h = harness({ concurrency: 1, logger });
@@ -1057,12 +1057,16 @@ describe('consumer: dead letters, settling, shutdown', () => {
       calls++;
       if (calls === 1) throw new Error('broker said no, synchronously');
       if (calls === 2) return Promise.reject(new Error('broker said no'));
+      if (calls === 3) {
+        void realSettle(message, outcome);
+        return undefined as unknown as Promise<void>; // a custom source that answers no promise
+      }
       return realSettle(message, outcome);
     };
-    for (let i = 0; i < 3; i++) h.source.send(createTestEnvelope('daily.data.steps.created').raw);
+    for (let i = 0; i < 4; i++) h.source.send(createTestEnvelope('daily.data.steps.created').raw);
     await h.consumer.start();
-    await h.waitFor(() => h?.reports.length === 3);
-    expect(h.reports.map((r) => r.outcome.kind)).toEqual(['ack', 'ack', 'ack']);
+    await h.waitFor(() => h?.reports.length === 4);
+    expect(h.reports.map((r) => r.outcome.kind)).toEqual(['ack', 'ack', 'ack', 'ack']);
     expect(lines.filter((l) => l.msg === 'settle failed').map((l) => l.outcome)).toEqual(['ack', 'ack']);
   });
 

@@ -370,7 +370,8 @@ export class Consumer<M extends RawMessage = RawMessage> {
     if (watch) this.#heartbeats?.unwatch(watch);
     let applying: Promise<void>;
     try {
-      applying = source.settle(message, result.outcome);
+      // Promise.resolve: a custom source that answers no promise must not hold the slot forever.
+      applying = Promise.resolve(source.settle(message, result.outcome));
     } catch (error) {
       applying = Promise.reject(error);
     }
