@@ -112,7 +112,7 @@ describe('files with bodies or dedupe state are created 0600', () => {
   });
 });
 
-describe('a secrets file readable by group or others', () => {
+describe('a secrets file readable or writable by group or others', () => {
   const SECRET = 'whsec-modes-test-not-a-real-one';
 
   function secretsFile(mode: number): string {
@@ -136,6 +136,23 @@ describe('a secrets file readable by group or others', () => {
         `secrets file ${path} is readable by group or others (mode ${mode8}): chmod 600 it`,
       );
       expect(warnings[0]?.details).toEqual({ file: path, mode: mode8 });
+    }
+  });
+
+  it('warns as well when group or others can write it (they could add a key of their own)', () => {
+    const cases: [number, string][] = [
+      [0o620, 'writable'],
+      [0o602, 'writable'],
+      [0o666, 'readable and writable'],
+      [0o646, 'readable and writable'],
+    ];
+    for (const [mode, access] of cases) {
+      const path = secretsFile(mode);
+      const warnings: string[] = [];
+      readSecretsFile(path, { warn: (message) => warnings.push(message) });
+      expect(warnings).toEqual([
+        `secrets file ${path} is ${access} by group or others (mode 0${mode.toString(8)}): chmod 600 it`,
+      ]);
     }
   });
 

@@ -169,9 +169,14 @@ export function readSecretsFile(path: string, options: ReadSecretsFileOptions = 
   } catch (cause) {
     throw new ConfigError(`cannot read secrets file ${path}`, { code: 'SECRET_INVALID', cause });
   }
-  if ((mode & 0o044) !== 0 && process.platform !== 'win32') {
+  // Writable matters as much as readable: whoever can write the file can add a key of their own
+  // (reloaded without a restart) and sign events that verify.
+  if ((mode & 0o066) !== 0 && process.platform !== 'win32') {
     const details = { file: path, mode: formatMode(mode) };
-    const message = `secrets file ${path} is readable by group or others (mode ${details.mode}): chmod 600 it`;
+    const access = [mode & 0o044 ? 'readable' : '', mode & 0o022 ? 'writable' : '']
+      .filter(Boolean)
+      .join(' and ');
+    const message = `secrets file ${path} is ${access} by group or others (mode ${details.mode}): chmod 600 it`;
     if (options.warn) options.warn(message, details);
     else process.emitWarning(message, { code: 'PARTNER_EVENTS_SECRETS_FILE_MODE' });
   }
