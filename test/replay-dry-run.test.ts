@@ -8,6 +8,7 @@ import { createFileReplayReader } from '../adapters/file/replay-reader.js';
 import { parseFilter } from '../src/cli/filters.js';
 import { type DryRunOptions, dryRun as dryRunParts } from '../src/cli/replay-dry-run.js';
 import { createTestEnvelope, forgedEnvelope, TEST_SIGNING_SECRET } from '../src/consumer/testing.js';
+import { DEFAULT_MAX_ENVELOPE_BYTES } from '../src/core/envelope.js';
 import type { Keyring as KeyringType } from '../src/core/secrets.js';
 import { Keyring } from '../src/core/secrets.js';
 import { createMemoryDedupe } from '../src/dedupe/memory.js';
@@ -52,6 +53,7 @@ function options(json: boolean): DryRunOptions {
     force: false,
     json,
     checkAge: false,
+    maxEnvelopeBytes: DEFAULT_MAX_ENVELOPE_BYTES,
     filter: parseFilter({}),
   };
 }

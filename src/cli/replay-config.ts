@@ -1,13 +1,20 @@
+import { DEFAULT_MAX_ENVELOPE_BYTES } from '../core/envelope.js';
+import { ConfigError } from '../core/errors.js';
 import { configFromFile, envName, resolveSidecarConfig } from '../sidecar/config.js';
+import { parsePositiveInt } from './common.js';
 import { terminalSafe } from './terminal-safe.js';
 
 /** The store `run` reads from the environment (its config key `dedupe`), and `replay` too. */
 export const ENV_DEDUPE = envName(['dedupe']);
 
+/** The largest envelope `run` accepts, from the environment (its config key `maxEnvelopeBytes`); `replay` too. */
+export const ENV_MAX_ENVELOPE_BYTES = envName(['maxEnvelopeBytes']);
+
 /**
  * What `replay --config FILE` takes from the worker's own config file: where and how it forwards
  * (URL, timeout, extra headers such as an internal token, which a replay must send too but which
- * must never be on a command line) and its dedupe store, secrets and dedupe keys.
+ * must never be on a command line), its dedupe store, secrets and dedupe keys, and the largest
+ * envelope it accepts.
  */
 export interface WorkerSettings {
   readonly forward:
@@ -20,6 +27,8 @@ export interface WorkerSettings {
   /** Only when the file sets them: else the store's defaults (and PARTNER_EVENTS_TENANT) hold. */
   readonly tenant: string | undefined;
   readonly retentionMs: number | undefined;
+  /** The file's `maxEnvelopeBytes`, only when it sets one. */
+  readonly maxEnvelopeBytes: number | undefined;
 }
 
 /** The replay flags that win over the file. */
@@ -73,7 +82,27 @@ export function workerSettings(path: string, flags: ReplayFlagsLayer): WorkerSet
     secretsFile: config.secretsFile,
     tenant: 'tenant' in file ? config.tenant : undefined,
     retentionMs: 'retentionMs' in file ? config.retentionMs : undefined,
+    maxEnvelopeBytes: 'maxEnvelopeBytes' in file ? config.maxEnvelopeBytes : undefined,
   };
+}
+
+/**
+ * The largest envelope a replay accepts, resolved as `run` resolves the worker's: the flag
+ * (`--max-envelope-bytes`), then the environment, then the `--config` file, then the default.
+ * With a smaller limit than the worker's, an event the worker accepted would be rejected as
+ * ENVELOPE_TOO_LARGE ("retrying will not help"), and could never be re-driven.
+ */
+export function replayEnvelopeLimit(
+  flag: string | undefined,
+  env: NodeJS.ProcessEnv,
+  fromFile: number | undefined,
+): number {
+  const fromEnv = env[ENV_MAX_ENVELOPE_BYTES] || undefined; // empty counts as unset, as for run
+  const envBytes = fromEnv === undefined ? undefined : Number(fromEnv);
+  // A bad variable is the worker's configuration, reported as run reports it (exit 2, CONFIG_INVALID).
+  if (envBytes !== undefined && !(Number.isSafeInteger(envBytes) && envBytes > 0))
+    throw new ConfigError(`${ENV_MAX_ENVELOPE_BYTES} must be a positive integer, got "${fromEnv}"`);
+  return parsePositiveInt('--max-envelope-bytes', flag, envBytes ?? fromFile ?? DEFAULT_MAX_ENVELOPE_BYTES);
 }
 
 /**

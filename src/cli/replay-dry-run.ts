@@ -20,6 +20,8 @@ export interface DryRunOptions {
   readonly force: boolean;
   readonly json: boolean;
   readonly checkAge: boolean;
+  /** The largest envelope accepted: the replay's own limit, so the dry run judges as it will. */
+  readonly maxEnvelopeBytes: number;
   readonly filter: ReplayFilter;
 }
 
@@ -198,7 +200,12 @@ class ErrorReporter {
 /** The replay's verification; a record the file source already refused (a truncated dead letter) is never verified. */
 function verifyRecord(message: ReplayMessage, options: DryRunOptions, keyring: Keyring): VerifiedMessage {
   if (message.rejection) throw new VerificationError(message.rejection.code, message.rejection.reason);
-  return verifyMessage(message.body, { keyring, checkAge: options.checkAge, enqueuedAt: message.enqueuedAt });
+  return verifyMessage(message.body, {
+    keyring,
+    checkAge: options.checkAge,
+    enqueuedAt: message.enqueuedAt,
+    maxEnvelopeBytes: options.maxEnvelopeBytes,
+  });
 }
 
 /** A verified record: rejected by the schema, or what its state in the dedupe store makes of it. */

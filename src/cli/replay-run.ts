@@ -23,6 +23,17 @@ import { forcingDedupe, injectingDedupe } from './replay-dedupe.js';
 import { type ReplayEventRow, ReplayReport, type ReplaySummary } from './replay-report.js';
 import { type ReplayMessage, ReplaySource } from './replay-source.js';
 
+/**
+ * What the new dead-letter file keeps of a message that did not verify: all of it. The worker
+ * bounds such records (`deadLetterMaxUnverifiedBytes`) because anyone who can reach its source
+ * can send one; a replay's input is already stored (the operator's file, a broker's dead-letter
+ * channel), and its new file is the operator's copy of what is left to fix and replay again. A
+ * prefix there would lose an event that was whole in the input. Such a message is still stored
+ * in at most 4/3 of its bytes (base64 when JSON escaping would cost more), so the new file stays
+ * bounded by what the replay read.
+ */
+const KEEP_WHOLE = Number.MAX_SAFE_INTEGER;
+
 /** Every form a replay SOURCE takes, from the transport registry. */
 export const REPLAY_FORMS = specForms('replay');
 
@@ -59,6 +70,8 @@ export interface ReplayRunOptions {
   readonly concurrency?: number;
   /** Per request (default 10000). */
   readonly timeoutMs?: number;
+  /** Larger messages are rejected as ENVELOPE_TOO_LARGE (default 1 MiB): give the worker's. */
+  readonly maxEnvelopeBytes?: number | undefined;
   /** At most this many events per second. */
   readonly rate?: number | undefined;
   /** Stops the run (the events in flight finish first); the result says `interrupted`. */
@@ -141,6 +154,8 @@ function replayConsumer(
         ? forcingDedupe(options.dedupe, onForced)
         : options.dedupe,
     deadLetter: sink,
+    ...(options.maxEnvelopeBytes === undefined ? {} : { maxEnvelopeBytes: options.maxEnvelopeBytes }),
+    deadLetterMaxUnverifiedBytes: KEEP_WHOLE,
     checkAge: options.checkAge ?? false,
     concurrency,
     retry: { maxAttempts: options.attempts ?? 3, baseDelayMs: 500, maxDelayMs: 5000 },

@@ -25,7 +25,14 @@ import {
 import { parseFilter, parseTimeMs } from './filters.js';
 import { parseRate } from './rate.js';
 import { appendReplayAudit, filtersOf, REPLAY_LOG_NAME, replayLogPath } from './replay-audit.js';
-import { ENV_DEDUPE, type WithheldHeaders, withheldHeadersNote, workerSettings } from './replay-config.js';
+import {
+  ENV_DEDUPE,
+  ENV_MAX_ENVELOPE_BYTES,
+  replayEnvelopeLimit,
+  type WithheldHeaders,
+  withheldHeadersNote,
+  workerSettings,
+} from './replay-config.js';
 import { type DryRunOptions, dryRun } from './replay-dry-run.js';
 import type { ReplayEventRow } from './replay-report.js';
 import { openReplayReader, REPLAY_FORMS, runReplay } from './replay-run.js';
@@ -50,8 +57,9 @@ SOURCE: ${REPLAY_FORMS}
                        consumes: ${TARGET_FORMS}
   --config FILE        the worker's config file (as for run): the forward URL, timeout and extra
                        headers (e.g. an internal token, never given on the command line), the
-                       dedupe store and the secrets file; the flags here win over it, but the
-                       file's headers go with --forward URL only to its forward.url's origin
+                       dedupe store, the secrets file and maxEnvelopeBytes; the flags here win
+                       over it, but the file's headers go with --forward URL only to its
+                       forward.url's origin
   --send-config-headers  send the --config file's headers to --forward URL on another origin too
   --dedupe SPEC        sqlite:PATH, redis://…, redis-cluster://… or memory; use the worker's store
                        (default: ${ENV_DEDUPE}, else the --config file's, else ${DEFAULT_DEDUPE})
@@ -85,6 +93,9 @@ Queues and hubs:
   --attempts N         tries per event before it counts as failed (default 3)
   --concurrency N      events sent at once (default 8)
   --timeout-ms N       per request (default 10000)
+  --max-envelope-bytes N  larger messages are rejected as ENVELOPE_TOO_LARGE; give the worker's
+                       (default: ${ENV_MAX_ENVELOPE_BYTES}, else the --config file's
+                       maxEnvelopeBytes, else 1048576)
   --secrets-file PATH  secrets (default: PARTNER_EVENTS_SECRETS_FILE, else PARTNER_EVENTS_SIGNING_SECRET[_PREVIOUS])
   --json               one JSON line per event, then a summary object as the last line (no progress line)
 
@@ -149,6 +160,7 @@ const REPLAY_OPTIONS = {
   attempts: { type: 'string' },
   concurrency: { type: 'string' },
   'timeout-ms': { type: 'string' },
+  'max-envelope-bytes': { type: 'string' },
   'secrets-file': { type: 'string' },
   type: { type: 'string', multiple: true },
   'event-id': { type: 'string', multiple: true },
@@ -214,6 +226,7 @@ function replayArgs(values: ReplayValues, positionals: readonly string[]): Repla
     attempts: parsePositiveInt('--attempts', values.attempts, 3),
     concurrency: parsePositiveInt('--concurrency', values.concurrency, 8),
     timeoutMs: parsePositiveInt('--timeout-ms', values['timeout-ms'], worker.timeoutMs),
+    maxEnvelopeBytes: replayEnvelopeLimit(values['max-envelope-bytes'], process.env, worker.maxEnvelopeBytes),
     rate: values.rate === undefined ? undefined : parseRate('--rate', values.rate),
     filter: parseFilter({
       type: values.type,
@@ -261,6 +274,8 @@ function fromWorkerConfig(values: ReplayValues) {
       ...(worker?.retentionMs === undefined ? {} : { retentionMs: worker.retentionMs }),
     },
     secretsFile: worker?.secretsFile ?? flags.secretsFile,
+    // The file's only: the flag and the environment win over it (replayEnvelopeLimit).
+    maxEnvelopeBytes: worker?.maxEnvelopeBytes,
   };
 }
 
@@ -344,6 +359,7 @@ async function replay(options: ReplayArgs, parts: ReplayParts, audit: AuditFacts
       attempts: options.attempts,
       concurrency: options.concurrency,
       timeoutMs: options.timeoutMs,
+      maxEnvelopeBytes: options.maxEnvelopeBytes,
       rate: options.rate,
       signal: stop.signal,
       json: options.json,
