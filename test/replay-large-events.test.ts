@@ -10,7 +10,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { createTestEnvelope, type TestEnvelope } from '../src/consumer/testing.js';
 import { deadLetterRecord } from '../src/core/dead-letter-record.js';
 import { DEFAULT_MAX_ENVELOPE_BYTES } from '../src/core/envelope.js';
-import { runReplay, startApp } from './support/cli.js';
+import { runCli, runReplay, startApp } from './support/cli.js';
 import { tempDir } from './support/harness.js';
 import { readJsonl, writeJsonl } from './support/records.js';
 
@@ -137,4 +137,23 @@ describe('the new dead-letter file keeps what replay could not re-drive whole', 
       await app.close();
     }
   }, 60_000);
+});
+
+describe('verify judges a large event with the limit replay would use', () => {
+  it('ENVELOPE_TOO_LARGE at the default limit; ok with --max-envelope-bytes or the environment, as the worker', async () => {
+    const file = join(dir.path, 'big.jsonl');
+    writeFileSync(file, `${handlerFailedRecord(bigEvent())}\n`);
+    const byDefault = await runCli(['verify', file, '--json']);
+    expect(byDefault.code).toBe(1);
+    expect(JSON.parse(byDefault.stdout)).toMatchObject({ ok: false, code: 'ENVELOPE_TOO_LARGE' });
+    const byFlag = await runCli(['verify', file, '--json', '--max-envelope-bytes', String(FOUR_MIB)]);
+    expect(byFlag.code).toBe(0);
+    expect(JSON.parse(byFlag.stdout)).toMatchObject({ ok: true, code: null });
+    const byEnv = await runCli(['verify', file, '--json'], {
+      env: { PARTNER_EVENTS_MAX_ENVELOPE_BYTES: String(FOUR_MIB) },
+    });
+    expect(byEnv.code).toBe(0);
+    const badFlag = await runCli(['verify', file, '--max-envelope-bytes', 'lots']);
+    expect(badFlag.code).toBe(2);
+  });
 });

@@ -10,9 +10,10 @@ import { validateEvent } from '../core/events/validate.js';
 import type { Keyring } from '../core/secrets.js';
 import { verifyMessage } from '../core/verify.js';
 import { loadKeyring, parse, readInput, UsageError, writeLine } from './common.js';
+import { ENV_MAX_ENVELOPE_BYTES, replayEnvelopeLimit } from './replay-config.js';
 import { terminalSafe } from './terminal-safe.js';
 
-export const VERIFY_USAGE = `Usage: partner-events verify [FILE|-] [--json] [--now UNIX] [--strict-age] [--no-age] [--secrets-file PATH]
+export const VERIFY_USAGE = `Usage: partner-events verify [FILE|-] [--json] [--now UNIX] [--strict-age] [--no-age] [--max-envelope-bytes N] [--secrets-file PATH]
 
 Checks envelopes (JSONL, one per line, or one JSON document; dead-letter records too) the way
 the worker does: envelope, signed_at age, HMAC against every active secret, body, schema.
@@ -23,6 +24,8 @@ dead-letter record, else against the clock (or --now).
   --now UNIX           the current time in Unix seconds (check a capture as of when it arrived)
   --strict-age         measure age against the clock (or --now) even for dead-letter records
   --no-age             skip the age check
+  --max-envelope-bytes N  larger messages fail as ENVELOPE_TOO_LARGE; give the worker's (default:
+                       ${ENV_MAX_ENVELOPE_BYTES}, else 1048576), as replay does
   --secrets-file PATH  secrets (default: PARTNER_EVENTS_SECRETS_FILE, else
                        PARTNER_EVENTS_SIGNING_SECRET and PARTNER_EVENTS_SIGNING_SECRET_PREVIOUS)
 
@@ -45,6 +48,7 @@ export async function verifyCommand(args: string[]): Promise<number> {
     now: { type: 'string' },
     'strict-age': { type: 'boolean', default: false },
     'no-age': { type: 'boolean', default: false },
+    'max-envelope-bytes': { type: 'string' },
     'secrets-file': { type: 'string' },
     help: { type: 'boolean', short: 'h', default: false },
   });
@@ -66,6 +70,8 @@ export async function verifyCommand(args: string[]): Promise<number> {
       'no FILE given, and standard input is a terminal: give a FILE, pipe the envelopes in, or give - to type or paste them (Ctrl-D ends)',
     );
   }
+  // The worker's limit, resolved as replay resolves it, so that verify shows what a replay decides.
+  const maxEnvelopeBytes = replayEnvelopeLimit(values['max-envelope-bytes'], process.env, undefined);
   const keyring = loadKeyring(values['secrets-file']);
   const text = readInput(positionals[0] ?? '-');
 
@@ -74,6 +80,7 @@ export async function verifyCommand(args: string[]): Promise<number> {
       now: nowMs ?? Date.now(),
       checkAge: !values['no-age'],
       strictAge: values['strict-age'],
+      maxEnvelopeBytes,
     }),
   );
   if (values.json) {
@@ -107,7 +114,7 @@ function verifyLine(
   line: number,
   text: string,
   keyring: Keyring,
-  options: { now: number; checkAge: boolean; strictAge: boolean },
+  options: { now: number; checkAge: boolean; strictAge: boolean; maxEnvelopeBytes: number },
 ): VerifyLineResult {
   let raw: string | Uint8Array = text;
   let enqueuedAt: number | undefined;
