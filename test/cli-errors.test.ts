@@ -1,7 +1,7 @@
 import { spawn } from 'node:child_process';
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import { type AddressInfo, connect, createServer as createNetServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -15,6 +15,7 @@ import {
   killed,
   postEnvelope,
   runCli,
+  startCli,
   startRun,
   startServer,
 } from './support/cli.js';
@@ -89,6 +90,67 @@ describe('errors name their cause', { timeout: 60_000 }, () => {
     expect(result.stderr).toContain(`its directory ${file} must exist`);
     expect(result.stderr).toContain('--dedupe sqlite:PATH');
     expect(result.stderr).toMatch(/cause: E[A-Z]+: /);
+  });
+});
+
+/** A port free on 127.0.0.1 right now. */
+async function freePort(): Promise<number> {
+  const server = createNetServer();
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as AddressInfo;
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+  return port;
+}
+
+/** Whether something accepts TCP connections on 127.0.0.1:`port`. */
+function listening(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const socket = connect(port, '127.0.0.1');
+    socket.once('connect', () => {
+      socket.destroy();
+      resolve(true);
+    });
+    socket.once('error', () => resolve(false));
+  });
+}
+
+// A start-up error after the HTTP ingress listens: before, the ingress kept the process alive
+// after the error was printed (no exit 2, POSTs held without an answer).
+describe('a failed start closes what it had opened', { timeout: 60_000 }, () => {
+  it.each([
+    [
+      'a --handlers module without a handler map',
+      () => ['--handlers', write('bad.mjs', 'export default 42;\n')],
+    ],
+    ['an unknown --dedupe', () => ['--forward', 'http://127.0.0.1:9/', '--dedupe', 'bogus']],
+  ])('%s: the ingress is closed when the error is printed, and run exits 2', async (_name, flags) => {
+    const port = await freePort();
+    const given = flags();
+    const dedupe = given.includes('--dedupe') ? [] : ['--dedupe', 'memory'];
+    const source = ['--source', `http://127.0.0.1:${port}/events`];
+    const deadLetter = ['--dead-letter', join(dir.path, 'dead.jsonl')];
+    const cli = startCli(['run', ...source, '--no-ops', ...deadLetter, ...dedupe, ...given], {
+      killAfterMs: 45_000,
+    });
+    try {
+      let stderr = '';
+      cli.child.stderr.on('data', (d: string) => {
+        stderr += d;
+      });
+      await vi.waitFor(() => expect(stderr).toContain('partner-events run: '), {
+        timeout: 40_000,
+        interval: 25,
+      });
+      // The error is printed after the parts are closed: nothing listens any more.
+      expect(await listening(port), stderr).toBe(false);
+      // And nothing else holds the process: it ends on its own, soon (else killed: code null).
+      const timer = setTimeout(() => cli.child.kill('SIGKILL'), 10_000);
+      const result = await cli.done;
+      clearTimeout(timer);
+      expect(result.code, result.stderr).toBe(2);
+    } finally {
+      if (!killed(cli.child)) cli.child.kill('SIGKILL');
+    }
   });
 });
 

@@ -8,6 +8,7 @@ import { ConfigError, errorMessage } from '../core/errors.js';
 import { createLogger } from '../core/logger.js';
 import { ENV_SECRETS_FILE, type Keyring, readSecretsFile, watchSecrets } from '../core/secrets.js';
 import type { SourceAdapter } from '../core/source-adapter.js';
+import type { DedupeStore } from '../dedupe/types.js';
 import {
   configFromEnv,
   configFromFile,
@@ -34,6 +35,7 @@ import {
 } from './common.js';
 import { handlersLoadError } from './handlers-module.js';
 import { endOfLifeWarning } from './node-support.js';
+import { OpenedAtStart } from './opened-at-start.js';
 import { consoleFor } from './run-console.js';
 import { openSource, SOURCE_FORMS } from './sources.js';
 import { createRunOutput, type RunOutput, terminalLogDestination } from './terminal-report.js';
@@ -163,18 +165,44 @@ interface Worker {
   readonly output: RunOutput;
 }
 
-/** Opens the source and the dedupe store and builds the consumer with its handlers (not started). */
+/**
+ * Opens the source and the dedupe store and builds the consumer with its handlers (not started).
+ * A failure after the source is open (an invalid --dedupe, a handlers module that cannot be
+ * loaded) closes what was opened before it propagates, so that `run` exits 2 instead of
+ * listening on with an ingress nobody consumes.
+ */
 async function openWorker(config: SidecarConfig, pretty: boolean): Promise<Worker> {
   const level = config.logLevel ? { level: config.logLevel } : {};
   const logger = createLogger(level, pretty ? terminalLogDestination() : undefined);
   const keyring = loadKeyring(config.secretsFile, warnSecretsMode(logger));
   await checkDeadLetterFile(config.deadLetter);
-  const source = await openSource(config, logger);
-  const store = await openDedupe(config.dedupe, {
-    logger,
-    retentionMs: config.retentionMs,
-    tenant: config.tenant,
-  });
+  const opened = new OpenedAtStart(logger);
+  try {
+    const source = opened.add('source', await openSource(config, logger));
+    const store = opened.add(
+      'dedupe store',
+      await openDedupe(config.dedupe, { logger, retentionMs: config.retentionMs, tenant: config.tenant }),
+    );
+    return await buildWorker({ config, pretty, logger, keyring, source, store }, opened);
+  } catch (error) {
+    await opened.closeAll();
+    throw error;
+  }
+}
+
+/** What openWorker opened, for buildWorker. */
+interface OpenedParts {
+  readonly config: SidecarConfig;
+  readonly pretty: boolean;
+  readonly logger: Logger;
+  readonly keyring: Keyring;
+  readonly source: SourceAdapter;
+  readonly store: DedupeStore;
+}
+
+/** The consumer over the opened parts, with its metrics, output and forwarder or handlers module. */
+async function buildWorker(parts: OpenedParts, opened: OpenedAtStart): Promise<Worker> {
+  const { config, pretty, logger, keyring, source, store } = parts;
   const output = createRunOutput({
     pretty,
     source,
@@ -207,11 +235,14 @@ async function openWorker(config: SidecarConfig, pretty: boolean): Promise<Worke
   });
   let forward: Forwarder | undefined;
   if (config.forward) {
-    forward = createForwarder({
-      ...config.forward,
-      connections: config.concurrency,
-      onAnswer: (eventId, status) => output.answered(eventId, status),
-    });
+    forward = opened.add(
+      'forwarder',
+      createForwarder({
+        ...config.forward,
+        connections: config.concurrency,
+        onAnswer: (eventId, status) => output.answered(eventId, status),
+      }),
+    );
     consumer.on('*', forward).onUnknown(forward);
     logger.info({ forward: describeUrl(config.forward.url) }, 'forwarding verified events');
   } else {
