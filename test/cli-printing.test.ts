@@ -137,6 +137,38 @@ describe('credentials in source, target and forward URLs are never printed', () 
     }
   });
 
+  it('usage errors never echo a credential typed or set in the environment (--dedupe, a stray argument)', async () => {
+    const source = ['--source', `file:${join(dir.path, 'none.jsonl')}`, '--forward', 'http://127.0.0.1:9/'];
+    writeFileSync(join(dir.path, 'none.jsonl'), '');
+    const store = 'mongodb://default:Hunt3r2pw@127.0.0.1:9/0';
+    const stray = 'https://app.example/hook?code=S3cr3tSig';
+    const runs = await Promise.all([
+      runCli(['run', ...source], { env: { PARTNER_EVENTS_DEDUPE: store } }),
+      runCli(['run', ...source, '--dedupe', store]),
+      runCli(['replay', join(dir.path, 'none.jsonl'), '--forward', 'http://127.0.0.1:9/'], {
+        env: { PARTNER_EVENTS_DEDUPE: store },
+      }),
+      runCli(['run', ...source, '--dedupe', 'memory', stray]),
+      runCli(['simulate', '--to', 'http://127.0.0.1:9/', stray]),
+      // A message built without redact: main.ts redacts every error it prints.
+      runCli(['run', ...source, '--dedupe', 'memory', '--concurrency', stray]),
+    ]);
+    const [fromEnv, fromFlag, replay, run, simulate, concurrency] = runs;
+    for (const result of [fromEnv, fromFlag, replay]) {
+      expect(result.code, result.stderr).toBe(2);
+      expect(result.stderr).toContain('unknown --dedupe "mongodb://127.0.0.1:9/0"');
+    }
+    for (const result of [run, simulate]) {
+      expect(result.code, result.stderr).toBe(2);
+      expect(result.stderr).toContain('unexpected argument "https://app.example/hook"');
+    }
+    expect(concurrency.code, concurrency.stderr).toBe(2);
+    expect(concurrency.stderr).toContain(
+      '--concurrency must be a positive integer, got "https://app.example/hook"',
+    );
+    for (const result of runs) expectNoCredentials(result.stdout, result.stderr);
+  });
+
   it('replay --to http(s): the summary, --json lines and the failure reasons (fetch quotes the URL whole)', async () => {
     const app = await startApp();
     try {

@@ -4,6 +4,7 @@ import { type ParseArgsConfig, parseArgs } from 'node:util';
 import type { Logger } from 'pino';
 import { checkAppendable } from '../core/durable-append.js';
 import { ConfigError, DedupeUnavailableError, errorMessage, isPartnerEventsError } from '../core/errors.js';
+import { redact } from '../core/redact.js';
 import { Keyring, readSecretsFile, secretsFromEnv } from '../core/secrets.js';
 import { createMemoryDedupe } from '../dedupe/memory.js';
 import { createSqliteDedupe } from '../dedupe/sqlite.js';
@@ -59,9 +60,10 @@ export function loadKeyring(
  * in (nothing has been recorded yet).
  */
 export async function openDedupe(
-  spec: string,
+  given: string,
   options: { readOnly?: boolean; logger?: Logger; retentionMs?: number; tenant?: string } = {},
 ): Promise<DedupeStore> {
+  const spec = lowerCaseScheme(given);
   if (spec.startsWith('sqlite:')) {
     const path = spec.slice('sqlite:'.length);
     if (!path) {
@@ -89,9 +91,20 @@ export async function openDedupe(
       ...(options.retentionMs ? { retentionMs: options.retentionMs } : {}),
     });
   }
+  // Redacted: the spec may come from PARTNER_EVENTS_DEDUPE, a Redis URL with its password.
   throw new UsageError(
-    `unknown --dedupe "${spec}": expected sqlite:PATH, redis://HOST:PORT, redis-cluster://HOST:PORT,HOST:PORT or memory`,
+    `unknown --dedupe "${redact(given)}": expected sqlite:PATH, redis://HOST:PORT, redis-cluster://HOST:PORT,HOST:PORT or memory`,
   );
+}
+
+/**
+ * A `scheme://…` spec with its scheme in lower case: URL schemes are case-insensitive (RFC 3986,
+ * 3.1), so `Redis://…` is a Redis URL, not an unknown store, and the Redis module, which tells a
+ * cluster by its `redis-cluster://` prefix, sees one spelling.
+ */
+function lowerCaseScheme(spec: string): string {
+  const scheme = /^[a-z][a-z0-9+.-]*(?=:\/\/)/i.exec(spec)?.[0];
+  return scheme ? scheme.toLowerCase() + spec.slice(scheme.length) : spec;
 }
 
 /** A SQLite store that cannot be opened, with the file system's reason (EACCES, ENOENT, …) and what to do. */

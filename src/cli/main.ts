@@ -57,20 +57,30 @@ async function main(argv: string[]): Promise<number> {
     if (error instanceof UsageError || error instanceof SpecError) {
       // One line and where to read more: the whole usage would bury the line that matters.
       process.stderr.write(
-        `partner-events ${name}: ${terminalSafeLines(error.message)}\nsee 'partner-events ${name} --help'\n`,
+        `partner-events ${name}: ${printable(error.message)}\nsee 'partner-events ${name} --help'\n`,
       );
       return 2;
     }
     if (isPartnerEventsError(error)) {
       // Config and secret problems: a clear line with the code, then what caused it, no stack.
-      const causes = causeLines(error).map((line) => `\n  cause: ${terminalSafeLines(line)}`);
+      const causes = causeLines(error).map((line) => `\n  cause: ${printable(line)}`);
       process.stderr.write(
-        `partner-events ${name}: [${error.code}] ${terminalSafeLines(error.message)}${causes.join('')}\n`,
+        `partner-events ${name}: [${error.code}] ${printable(error.message)}${causes.join('')}\n`,
       );
       return 2;
     }
     throw error;
   }
+}
+
+/**
+ * Any text of an error as it may reach the terminal: credentials removed (`redact`), then control
+ * characters escaped. Every error line goes through it, usage errors too: they quote what was
+ * typed or set in the environment (`--dedupe`, a stray argument), which may be a Redis URL with
+ * its password or a URL with a `?code=` key.
+ */
+function printable(text: string): string {
+  return terminalSafeLines(redact(text));
 }
 
 /** `help COMMAND`: the command's usage, as `COMMAND --help` prints it. */
@@ -87,7 +97,7 @@ function helpFor(topic: string): number {
 function unknownCommand(name: string): void {
   const hint = didYouMean(name, Object.keys(COMMANDS), (c) => `"${c}"`);
   process.stderr.write(
-    `partner-events: unknown command "${terminalSafeLines(name)}"${hint}\nsee 'partner-events --help'\n`,
+    `partner-events: unknown command "${printable(name)}"${hint}\nsee 'partner-events --help'\n`,
   );
 }
 
@@ -106,7 +116,7 @@ main(process.argv.slice(2)).then(
   (error: unknown) => {
     // Not a message of ours: it may quote a URL or a server's answer.
     const text = error instanceof Error ? (error.stack ?? error.message) : String(error);
-    process.stderr.write(`partner-events: ${terminalSafeLines(redact(text))}\n`);
+    process.stderr.write(`partner-events: ${printable(text)}\n`);
     process.exitCode = 1;
   },
 );

@@ -6,6 +6,7 @@ import type { EventPattern, Handler } from '../consumer/router.js';
 import { type ConsumerSettingsInput, consumerSettingsSchema } from '../consumer/settings.js';
 import { ConfigError, errorMessage } from '../core/errors.js';
 import { createLogger } from '../core/logger.js';
+import { redact } from '../core/redact.js';
 import { ENV_SECRETS_FILE, type Keyring, readSecretsFile, watchSecrets } from '../core/secrets.js';
 import type { SourceAdapter } from '../core/source-adapter.js';
 import type { DedupeStore } from '../dedupe/types.js';
@@ -77,7 +78,8 @@ export async function runCommand(args: string[]): Promise<number> {
     writeLine(RUN_USAGE);
     return 0;
   }
-  if (positionals.length > 0) throw new UsageError(`unexpected argument "${positionals[0]}"`);
+  // Redacted: a stray argument is often a URL that lost its flag, query key and all.
+  if (positionals.length > 0) throw new UsageError(`unexpected argument "${redact(positionals[0] ?? '')}"`);
   const config = resolveSidecarConfig({
     ...(values.config ? { file: configFromFile(values.config) } : {}),
     env: configFromEnv(process.env),

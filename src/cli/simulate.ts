@@ -1,4 +1,5 @@
 import { randomInt } from 'node:crypto';
+import { redact } from '../core/redact.js';
 import { ENV_SECRET } from '../core/secrets.js';
 import { onStopSignals, parse, parsePositiveInt, UsageError, writeLine } from './common.js';
 import { signingSecret, typesMatching } from './publish.js';
@@ -48,7 +49,8 @@ export async function simulateCommand(args: string[]): Promise<number> {
     writeLine(SIMULATE_USAGE);
     return 0;
   }
-  if (positionals.length > 0) throw new UsageError(`unexpected argument "${positionals[0]}"`);
+  // Redacted: a stray argument is often a URL that lost its flag, query key and all.
+  if (positionals.length > 0) throw new UsageError(`unexpected argument "${redact(positionals[0] ?? '')}"`);
   if (!values.to) throw new UsageError('simulate needs --to TARGET');
   const settings = simulationSettings(values);
   const target = await openTarget(values.to, { concurrency: settings.concurrency });
