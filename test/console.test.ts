@@ -298,8 +298,38 @@ describe("the console's replay child", () => {
     const replay = consoleReplayCommand(config, undefined);
     if (typeof replay === 'string') throw new Error(replay);
     expect([...replay.command, ...replay.args].join(' ')).not.toContain('s3cret');
-    expect(replay.env).toEqual({ PARTNER_EVENTS_DEDUPE: store });
+    expect(replay.env).toMatchObject({ PARTNER_EVENTS_DEDUPE: store });
   });
+
+  it("gets the worker's forward URL through its environment, never on its command line (its query may hold a key)", async () => {
+    const dir = tempDir('phe-console-child-');
+    const app = await startApp();
+    try {
+      const url = `${app.url}?code=S3cr3tFunctionsKey`;
+      const config = resolveSidecarConfig({
+        flags: {
+          source: 'http://127.0.0.1:0/events',
+          forward: url,
+          dedupe: `sqlite:${join(dir.path, 'dedupe.db')}`,
+        },
+      });
+      const replay = consoleReplayCommand(config, undefined);
+      if (typeof replay === 'string') throw new Error(replay);
+      expect([...replay.command, ...replay.args].join(' ')).not.toContain('S3cr3tFunctionsKey');
+      expect(replay.env).toEqual({ PARTNER_EVENTS_FORWARD_URL: url, PARTNER_EVENTS_DEDUPE: config.dedupe });
+      // The child, run as ReplayJobs runs it, forwards to that URL, key and all.
+      const event = createTestEnvelope('daily.data.steps.created');
+      const letters = join(dir.path, 'dead-letters.jsonl');
+      writeFileSync(letters, `${event.raw}\n`);
+      const result = await runCli(['replay', letters, ...replay.args, '--json'], { env: replay.env });
+      expect(result.code, result.stderr).toBe(0);
+      expect(app.received.map((r) => r.path)).toEqual(['/events?code=S3cr3tFunctionsKey']);
+      expect(result.stdout + result.stderr).not.toContain('S3cr3tFunctionsKey');
+    } finally {
+      await app.close();
+      dir.cleanup();
+    }
+  }, 60_000);
 
   it("sends the worker's config-file headers to the worker's own URL, also when run --forward moved it off the file's", async () => {
     const dir = tempDir('phe-console-child-');

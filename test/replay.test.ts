@@ -231,6 +231,39 @@ describe('replay --config (the worker config file)', () => {
     }
   });
 
+  it('PARTNER_EVENTS_FORWARD_URL names the app as for run: over the file, under --forward, unused with --to', async () => {
+    const [fileApp, envApp, flagApp, ingress] = await Promise.all([
+      startApp(),
+      startApp(),
+      startApp(),
+      startApp(),
+    ]);
+    try {
+      const config = workerConfig(fileApp.url);
+      const fromEnv = { ...env, PARTNER_EVENTS_FORWARD_URL: `${envApp.url}?code=env-key` };
+      const replayOne = (flags: string[]) => {
+        const file = writeJsonl(dir.path, 'dead.jsonl', [
+          deadRecord(createTestEnvelope('daily.data.steps.created').raw),
+        ]);
+        return runCli(['replay', file, '--config', config, '--dedupe', 'memory', ...flags], { env: fromEnv });
+      };
+      const viaEnv = await replayOne([]);
+      expect(viaEnv.code, viaEnv.stderr).toBe(0);
+      expect(envApp.received.map((r) => r.path)).toEqual(['/events?code=env-key']);
+      const viaFlag = await replayOne(['--forward', flagApp.url]);
+      expect(viaFlag.code, viaFlag.stderr).toBe(0);
+      expect(flagApp.received).toHaveLength(1);
+      // --to forwards nothing: the variable is not a second destination ("not both").
+      const injected = await replayOne(['--to', ingress.url]);
+      expect(injected.code, injected.stderr).toBe(0);
+      expect(ingress.received).toHaveLength(1);
+      expect(fileApp.received).toHaveLength(0);
+      expect(envApp.received).toHaveLength(1);
+    } finally {
+      await Promise.all([fileApp.close(), envApp.close(), flagApp.close(), ingress.close()]);
+    }
+  });
+
   it("flags win over the file, but the file's headers go only to its own origin", async () => {
     const event = createTestEnvelope('daily.data.steps.created');
     const file = writeJsonl(dir.path, 'dead.jsonl', [deadRecord(event.raw)]);

@@ -11,6 +11,12 @@ export const ENV_DEDUPE = envName(['dedupe']);
 export const ENV_MAX_ENVELOPE_BYTES = envName(['maxEnvelopeBytes']);
 
 /**
+ * The app's URL `run` reads from the environment (`forward.url`), and `replay` too: how the
+ * console hands its replay child the worker's URL, whose query may hold a key (`?code=`).
+ */
+export const ENV_FORWARD_URL = envName(['forward', 'url']);
+
+/**
  * What `replay --config FILE` takes from the worker's own config file: where and how it forwards
  * (URL, timeout, extra headers such as an internal token, which a replay must send too but which
  * must never be on a command line), its dedupe store, secrets and dedupe keys, and the largest

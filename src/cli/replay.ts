@@ -27,6 +27,7 @@ import { parseRate } from './rate.js';
 import { appendReplayAudit, filtersOf, REPLAY_LOG_NAME, replayLogPath } from './replay-audit.js';
 import {
   ENV_DEDUPE,
+  ENV_FORWARD_URL,
   ENV_MAX_ENVELOPE_BYTES,
   replayEnvelopeLimit,
   type WithheldHeaders,
@@ -52,7 +53,8 @@ SOURCE: ${REPLAY_FORMS}
   that still fails stays on the queue (visible again) and is also written to the dead-letter file;
   one the filters leave out is visible again at once. A hub is read, never consumed.
 
-  --forward URL        POST target (2xx = success)
+  --forward URL        POST target (2xx = success) (default: PARTNER_EVENTS_FORWARD_URL unless
+                       --to, else the --config file's forward.url)
   --to TARGET          re-inject the original envelopes, byte for byte, into a queue the worker
                        consumes: ${TARGET_FORMS}
   --config FILE        the worker's config file (as for run): the forward URL, timeout and extra
@@ -251,7 +253,10 @@ const FILE_PREFIX = 'file:';
 /** What the flags and, with `--config`, the worker's config file say; the flags win. */
 function fromWorkerConfig(values: ReplayValues) {
   const flags = {
-    forward: values.forward,
+    // As for run: the flag, then the environment (how the console hands the worker's URL to its
+    // replay child: its query may hold a key), then the file. Not with --to, which forwards nothing.
+    forward:
+      values.forward ?? (values.to === undefined ? process.env[ENV_FORWARD_URL] || undefined : undefined),
     to: values.to,
     dedupe: values.dedupe,
     secretsFile: values['secrets-file'],

@@ -5,7 +5,7 @@ import { CONSOLE_TOKEN_ENV, ConsoleServer, type LiveStats, ReplayJobs } from '..
 import { describeUrl } from '../sidecar/forward.js';
 import type { ReadinessCheck } from '../sidecar/ops-server.js';
 import { describeSpec } from '../transports.js';
-import { ENV_DEDUPE, workerSettings } from './replay-config.js';
+import { ENV_DEDUPE, ENV_FORWARD_URL, workerSettings } from './replay-config.js';
 import { NO_CLI_COMMAND, thisCliCommand } from './this-cli-command.js';
 
 export interface ConsoleParts {
@@ -38,7 +38,8 @@ export function consoleFor(parts: ConsoleParts, config: SidecarConfig, configFil
 /**
  * The replay child's command line, or why this worker cannot replay from its console. Secrets
  * never go on it (`ps` shows a command line): header values come from the worker's config file
- * (`--config`), the dedupe store (a Redis URL may hold a password) from the environment.
+ * (`--config`); the forward URL (its query may hold a Functions `?code=` key) and the dedupe
+ * store (a Redis URL may hold a password) from the environment.
  */
 export function consoleReplayCommand(config: SidecarConfig, configFile: string | undefined) {
   if (!config.forward) {
@@ -54,8 +55,6 @@ export function consoleReplayCommand(config: SidecarConfig, configFile: string |
   return {
     command,
     args: [
-      '--forward',
-      config.forward.url,
       '--timeout-ms',
       String(config.forward.timeoutMs),
       ...(config.secretsFile ? ['--secrets-file', config.secretsFile] : []),
@@ -66,8 +65,9 @@ export function consoleReplayCommand(config: SidecarConfig, configFile: string |
       ...(configFile && Object.keys(config.forward.headers).length > 0 ? ['--send-config-headers'] : []),
     ],
     description: describeUrl(config.forward.url),
-    // The store through the environment, not the command line: a Redis URL may hold a password.
-    env: { [ENV_DEDUPE]: config.dedupe },
+    // The URL and the store through the environment, not the command line, which any user of
+    // the host can read: the URL's query may hold a key, a Redis URL a password.
+    env: { [ENV_FORWARD_URL]: config.forward.url, [ENV_DEDUPE]: config.dedupe },
   };
 }
 
