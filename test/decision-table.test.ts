@@ -108,6 +108,16 @@ const CASES: Readonly<Record<string, Case>> = {
       { facts: { kind: 'handler-threw', error: new ForwardError('FORWARD_REDIRECTED', 'HTTP 302') } },
     ],
   },
+  '`FORWARD_ANSWER_INCOMPLETE`': {
+    samples: [
+      {
+        facts: {
+          kind: 'handler-threw',
+          error: new ForwardError('FORWARD_ANSWER_INCOMPLETE', 'HTTP 200, then cut off'),
+        },
+      },
+    ],
+  },
   '`HANDLER_TIMEOUT`': {
     samples: [
       { facts: { kind: 'handler-aborted', cause: 'handler-timeout', running }, variants: ['running'] },

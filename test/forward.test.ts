@@ -7,6 +7,7 @@ import type { IncomingMessage } from 'node:http';
 import { type AddressInfo, createServer as createNetServer, type Socket } from 'node:net';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { httpTarget } from '../adapters/http/sender.js';
 import { createTestEnvelope } from '../src/consumer/testing.js';
 import { ConfigError } from '../src/core/errors.js';
 import { createHttpHandoff, type HttpHandoffFailure } from '../src/core/http-handoff.js';
@@ -501,6 +502,188 @@ describe('--to http(s) over a keep-alive pool', () => {
     expect(result.code).toBe(1);
     expect(result.stderr).toContain(`POST ${closed.url} failed: connection refused (ECONNREFUSED)`);
     expect(result.stderr).not.toContain('S3cr3t');
+  });
+});
+
+/**
+ * A raw HTTP/1.1 app that reads each request whole and answers with `head` (the status line and
+ * headers) and `body`, then stalls (sends nothing more, the connection open) or closes the
+ * connection: an app or a proxy that falls over in the middle of its answer.
+ */
+async function startCutOffApp(answer: { head: string; body: string; after: 'stall' | 'close' }) {
+  const sockets = new Set<Socket>();
+  let requests = 0;
+  const server = createNetServer((socket) => {
+    sockets.add(socket);
+    socket.on('close', () => sockets.delete(socket)).on('error', () => {});
+    let buffered = '';
+    socket.setEncoding('latin1').on('data', (data: string) => {
+      buffered += data;
+      const end = buffered.indexOf('\r\n\r\n');
+      if (end < 0) return;
+      const length = Number(/\r\ncontent-length: *(\d+)/i.exec(buffered.slice(0, end))?.[1] ?? 0);
+      if (buffered.length < end + 4 + length) return;
+      buffered = buffered.slice(end + 4 + length);
+      requests++;
+      socket.write(`${answer.head}\r\n\r\n${answer.body}`, () => {
+        if (answer.after === 'close') socket.end();
+      });
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return {
+    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/events`,
+    requests: () => requests,
+    close: () => {
+      for (const socket of sockets) socket.destroy();
+      return new Promise<void>((resolve) => server.close(() => resolve()));
+    },
+  };
+}
+
+/** 200 with `content-length: 1000`, and only the first 7 bytes of the body. */
+const CUT_OFF_200 = { head: 'HTTP/1.1 200 OK\r\ncontent-length: 1000', body: 'partial' };
+
+describe('a 2xx whose body does not arrive whole', () => {
+  const cases = [
+    { after: 'stall', reason: 'timed out after 200ms waiting for the rest of its body (7 of 1000 bytes)' },
+    { after: 'close', reason: 'the connection closed before the end of its body (7 of 1000 bytes)' },
+  ] as const;
+  for (const { after, reason } of cases) {
+    it(`its body ${after === 'stall' ? 'stalls' : 'is cut off by a close'} after 7 of 1000 bytes: not delivered; retried, then dead-lettered as FORWARD_ANSWER_INCOMPLETE`, async () => {
+      const app = await startCutOffApp({ ...CUT_OFF_200, after });
+      // undici checks a body's timeout on a coarse clock (about 1 s): two attempts are enough.
+      const h = harness({ retry: { maxAttempts: 2, baseDelayMs: 5, maxDelayMs: 20 } });
+      const statuses: number[] = [];
+      const forward = createForwarder({
+        url: app.url,
+        timeoutMs: 200,
+        onAnswer: (_id, s) => statuses.push(s),
+      });
+      try {
+        h.consumer.on('*', forward);
+        await h.consumer.start();
+        const event = createTestEnvelope('daily.data.steps.created');
+        h.source.send(event.raw);
+        // Settled for good: dead-lettered, or (wrongly) acked.
+        const dead = await h.waitFor((r) => r.outcome.kind !== 'retry');
+
+        const outcomes = h.reports.map((r) => r.outcome);
+        expect(outcomes.map((o) => o.kind)).toEqual(['retry', 'dead']);
+        expect(outcomes.every((o) => o.kind !== 'ack' && o.code === 'FORWARD_ANSWER_INCOMPLETE')).toBe(true);
+        expect(await h.dedupe.peek(event.eventId)).not.toBe('done');
+        expect(dead.outcome.kind === 'dead' ? dead.outcome.reason : '').toContain(
+          `forward to ${app.url} answered HTTP 200, then ${reason}`,
+        );
+        expect(readJsonl(h.deadLetterPath)).toMatchObject([
+          { code: 'FORWARD_ANSWER_INCOMPLETE', event_id: event.eventId },
+        ]);
+        // The app answered each time: it is reachable, and run's terminal lines show its status.
+        expect(app.requests()).toBe(2);
+        expect(statuses).toEqual([200, 200]);
+        expect(forward.reachability()).toEqual({ ok: true });
+      } finally {
+        await h.cleanup();
+        await forward.close();
+        await app.close();
+      }
+    });
+  }
+
+  it('a body over 64 KiB is let go, not awaited: the 2xx delivers, whether its content-length says so or it is chunked past the limit', async () => {
+    const long = await startCutOffApp({
+      head: 'HTTP/1.1 200 OK\r\ncontent-length: 100000',
+      body: 'partial',
+      after: 'stall',
+    });
+    const size = 70_000;
+    const chunked = await startCutOffApp({
+      head: 'HTTP/1.1 200 OK\r\ntransfer-encoding: chunked',
+      body: `${size.toString(16)}\r\n${'x'.repeat(size)}\r\n`,
+      after: 'stall',
+    });
+    const h = harness();
+    // A timeout well inside the test's: waiting for the rest of either body would fail the attempt.
+    const toLong = createForwarder({ url: long.url, timeoutMs: 1000 });
+    const toChunked = createForwarder({ url: chunked.url, timeoutMs: 1000 });
+    try {
+      h.consumer.on('daily.data.steps.created', toLong).on('coach.nudge.created', toChunked);
+      await h.consumer.start();
+      const a = createTestEnvelope('daily.data.steps.created');
+      const b = createTestEnvelope('coach.nudge.created');
+      h.source.send(a.raw);
+      h.source.send(b.raw);
+      const settled = await Promise.all([a, b].map((e) => h.waitFor((r) => r.eventId === e.eventId)));
+      expect(settled.map((r) => r.outcome)).toEqual([
+        { kind: 'ack', result: 'handled' },
+        { kind: 'ack', result: 'handled' },
+      ]);
+    } finally {
+      await h.cleanup();
+      await toLong.close();
+      await toChunked.close();
+      await long.close();
+      await chunked.close();
+    }
+  });
+
+  it('a failure status keeps its meaning when its body is cut off: 503 with Retry-After is retried after it', async () => {
+    const app = await startCutOffApp({
+      head: 'HTTP/1.1 503 Service Unavailable\r\nretry-after: 7\r\ncontent-length: 1000',
+      body: 'partial',
+      after: 'close',
+    });
+    const h = harness();
+    const forward = createForwarder({ url: app.url, timeoutMs: 200 });
+    try {
+      h.consumer.on('*', forward);
+      await h.consumer.start();
+      h.source.send(createTestEnvelope('daily.data.steps.created').raw);
+      const first = await h.waitFor(() => true);
+      expect(first.outcome).toMatchObject({ kind: 'retry', code: 'HANDLER_REQUESTED_RETRY', delayMs: 7000 });
+    } finally {
+      await h.cleanup();
+      await forward.close();
+      await app.close();
+    }
+  });
+
+  it('--to http: a 2xx cut off or stalled is not taken (FORWARD_ANSWER_INCOMPLETE), for replay, trigger and the target itself', async () => {
+    const closing = await startCutOffApp({ ...CUT_OFF_200, after: 'close' });
+    const stalling = await startCutOffApp({ ...CUT_OFF_200, after: 'stall' });
+    const target = httpTarget(new URL(stalling.url), { connections: 1, timeoutMs: 200 });
+    try {
+      const { file } = oneEventFile('dead.jsonl');
+      const failed = join(dir.path, 'failed.jsonl');
+      const replayed = await runReplay(file, [
+        '--to',
+        closing.url,
+        '--attempts',
+        '1',
+        '--dead-letter',
+        failed,
+      ]);
+      expect(replayed.code).toBe(1);
+      expect(replayed.lines[0]).toMatchObject({ outcome: 'dead', code: 'FORWARD_ANSWER_INCOMPLETE' });
+      expect(String(replayed.lines[0]?.reason)).toContain(
+        `POST ${closing.url} answered HTTP 200, then the connection closed before the end of its body`,
+      );
+      expect(replayed.summary).toMatchObject({ injected: 0, failed: 1 });
+
+      const triggered = await runCli(['trigger', 'daily.data.steps.created', '--to', closing.url]);
+      expect(triggered.code).toBe(1);
+      expect(triggered.stderr).toContain('[FORWARD_ANSWER_INCOMPLETE]');
+
+      const sent = target.send({ body: createTestEnvelope('daily.data.steps.created').raw });
+      await expect(sent).rejects.toMatchObject({
+        code: 'FORWARD_ANSWER_INCOMPLETE',
+        message: `POST ${stalling.url} answered HTTP 200, then timed out after 200ms waiting for the rest of its body (7 of 1000 bytes)`,
+      });
+    } finally {
+      await target.close();
+      await closing.close();
+      await stalling.close();
+    }
   });
 });
 

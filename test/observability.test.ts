@@ -410,6 +410,7 @@ describe('metrics', () => {
         new RetryLaterError(),
         new DeadLetterError('no'),
         new ForwardError('FORWARD_REDIRECTED', '3xx'),
+        new ForwardError('FORWARD_ANSWER_INCOMPLETE', '2xx, then cut off'),
       ].map((error) => ({ kind: 'handler-threw', error }) as const),
       ...causes.map((cause) => ({ kind: 'handler-aborted', cause }) as const),
       { kind: 'not-handled' },

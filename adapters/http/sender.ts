@@ -1,4 +1,4 @@
-import { AdapterError, errorMessage } from '../../src/core/errors.js';
+import { AdapterError, errorMessage, ForwardError } from '../../src/core/errors.js';
 import { classifyAnswer, header, redirectReason } from '../../src/core/http-answer.js';
 import { createHttpHandoff, HttpHandoffFailure } from '../../src/core/http-handoff.js';
 import type { Target } from '../../src/core/target.js';
@@ -9,7 +9,8 @@ const ANSWER_BYTES = 64 * 1024;
 /**
  * POSTs each envelope to an HTTP ingress (`run --source http://…`) over a keep-alive connection
  * pool of at most `connections` connections; the answer is the worker's verdict. A redirect is
- * not followed and not accepted (a 2xx from elsewhere is no ingress's).
+ * not followed and not accepted (a 2xx from elsewhere is no ingress's). A 2xx whose body is cut
+ * off or stalls throws a `ForwardError` (`FORWARD_ANSWER_INCOMPLETE`): not a whole answer.
  */
 export function httpTarget(url: URL, options: { connections: number; timeoutMs?: number }): Target {
   const handoff = createHttpHandoff(url, {
@@ -29,6 +30,9 @@ export function httpTarget(url: URL, options: { connections: number; timeoutMs?:
         });
       } catch (cause) {
         const reason = cause instanceof HttpHandoffFailure ? cause.reason : `failed: ${errorMessage(cause)}`;
+        // A 2xx whose body was cut off or stalled: answered, but not whole, so not taken.
+        if (cause instanceof HttpHandoffFailure && cause.status !== undefined)
+          throw new ForwardError('FORWARD_ANSWER_INCOMPLETE', `POST ${name} ${reason}`, { cause });
         throw new AdapterError(`POST ${name} ${reason}`, { cause });
       }
       const verdict = classifyAnswer(answer.status, answer.headers, url);

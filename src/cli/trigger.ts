@@ -104,7 +104,8 @@ async function sendTo(to: string, signed: SignedEvent, json: boolean): Promise<n
     }
     return delivery.accepted ? 0 : 1;
   } catch (error) {
-    if (!isPartnerEventsError(error) || error.code !== 'ADAPTER_ERROR') throw error;
+    const handOff = ['ADAPTER_ERROR', 'FORWARD_ANSWER_INCOMPLETE'];
+    if (!isPartnerEventsError(error) || !handOff.includes(error.code)) throw error;
     process.stderr.write(`partner-events trigger: [${error.code}] ${terminalSafeLines(error.message)}\n`);
     return 1;
   } finally {

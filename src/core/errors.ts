@@ -26,6 +26,7 @@ export const ERROR_CODES = [
   'HANDLER_REQUESTED_RETRY',
   'HANDLER_REQUESTED_DEAD_LETTER',
   'FORWARD_REDIRECTED',
+  'FORWARD_ANSWER_INCOMPLETE',
   'LEASE_LOST',
   'IN_PROGRESS',
   'DEDUPE_UNAVAILABLE',
@@ -140,12 +141,17 @@ export class DeadLetterError extends PartnerEventsError {
 }
 
 /**
- * A hand-off over HTTP (the forwarder, `--to http(s)`) that failed in a way worth its own code:
- * the app answered with a redirect (3xx), which is never followed. Retried like a handler error.
+ * Codes of a hand-off over HTTP (the forwarder, `--to http(s)`) that failed in a way worth its
+ * own code: the app answered with a redirect (3xx), which is never followed; or it answered 2xx
+ * and then its body was cut off or stalled, so the answer is not whole. Retried like a handler error.
  */
+export const FORWARD_CODES = ['FORWARD_REDIRECTED', 'FORWARD_ANSWER_INCOMPLETE'] as const;
+export type ForwardCode = (typeof FORWARD_CODES)[number];
+
+/** A hand-off over HTTP that failed with one of `FORWARD_CODES`. */
 export class ForwardError extends PartnerEventsError {
-  declare readonly code: 'FORWARD_REDIRECTED';
-  constructor(code: 'FORWARD_REDIRECTED', message: string, options?: PartnerEventsErrorOptions) {
+  declare readonly code: ForwardCode;
+  constructor(code: ForwardCode, message: string, options?: PartnerEventsErrorOptions) {
     super(code, message, options);
     this.name = 'ForwardError';
   }

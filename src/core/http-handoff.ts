@@ -1,7 +1,8 @@
-import { Pool } from 'undici';
+import { finished, type Readable } from 'node:stream';
+import { type Dispatcher, Pool } from 'undici';
 import type { AbortSignalLike } from './abort-notice.js';
 import { errorMessage } from './errors.js';
-import type { AnswerHeaders } from './http-answer.js';
+import { type AnswerHeaders, header } from './http-answer.js';
 import { redactUrl } from './redact.js';
 
 /**
@@ -32,7 +33,8 @@ export interface HttpPost {
   /**
    * Read up to this many bytes of the answer's body as text (the rest is discarded and the
    * connection closed). Without it the body is discarded, read to its end so that the connection
-   * goes back to the pool (closed instead when it is larger than 64 KiB).
+   * goes back to the pool (closed instead when it is larger than 64 KiB). Either way, a 2xx whose
+   * body fails before then (reset, closed, stalled for `timeoutMs`) rejects: it was not complete.
    */
   readonly readBytes?: number;
 }
@@ -49,20 +51,27 @@ export interface HttpHandoff {
   readonly target: string;
   /**
    * POSTs once and resolves with the answer, whatever its status; rejects with an
-   * `HttpHandoffFailure` when there is no answer (refused, not found, timed out, aborted).
+   * `HttpHandoffFailure` when there is no answer (refused, not found, timed out, aborted), or when
+   * a 2xx answer's body did not arrive whole (cut off or stalled; its `status` is then set).
    */
   post(request: HttpPost): Promise<HttpPostAnswer>;
   /** Closes every connection; requests in flight finish first. */
   close(): Promise<void>;
 }
 
-/** No answer to a hand-off: `reason` names why for an operator (`connection refused (ECONNREFUSED)`). */
+/**
+ * No answer to a hand-off, or a 2xx whose body did not arrive whole: `reason` names why for an
+ * operator (`connection refused (ECONNREFUSED)`, `answered HTTP 200, then timed out after …`).
+ */
 export class HttpHandoffFailure extends Error {
   readonly reason: string;
-  constructor(reason: string, options: { cause: unknown }) {
-    super(reason, options);
+  /** The 2xx status of an answer whose body then failed; undefined when there was no answer. */
+  readonly status: number | undefined;
+  constructor(reason: string, options: { cause: unknown; status?: number }) {
+    super(reason, { cause: options.cause });
     this.name = 'HttpHandoffFailure';
     this.reason = reason;
+    this.status = options.status;
   }
 }
 
@@ -95,14 +104,7 @@ export function createHttpHandoff(url: string | URL, options: HttpHandoffOptions
       // name only AbortSignal and EventEmitter.
       signal: (request.signal ?? null) as AbortSignal | null,
     });
-    let text = '';
-    try {
-      if (request.readBytes === undefined) await response.body.dump({ limit: DISCARD_LIMIT });
-      else text = await readText(response.body, request.readBytes);
-    } catch {
-      // The status and headers are the answer; a body cut short only costs the connection.
-    }
-    return { status: response.statusCode, headers: response.headers, text };
+    return readAnswer(response, request, timeoutMs);
   }
 
   return {
@@ -111,6 +113,8 @@ export function createHttpHandoff(url: string | URL, options: HttpHandoffOptions
       try {
         return await once(request);
       } catch (error) {
+        // A 2xx whose body failed was answered: the app has seen the request, and said why.
+        if (error instanceof HttpHandoffFailure) throw error;
         // A kept-alive connection the app closed while it sat idle fails the next request sent on
         // it before any answer (the app never saw it). Send once more on a fresh connection: at
         // worst the app sees the event twice, which any retry can do (partner-event-id tells).
@@ -127,17 +131,65 @@ export function createHttpHandoff(url: string | URL, options: HttpHandoffOptions
   };
 }
 
-async function readText(body: AsyncIterable<Uint8Array> & { destroy(): void }, limit: number) {
+/** The answer to a POST, its body read as `request` asks; a 2xx whose body fails rejects. */
+async function readAnswer(
+  response: Dispatcher.ResponseData,
+  request: HttpPost,
+  timeoutMs: number,
+): Promise<HttpPostAnswer> {
+  const { statusCode: status, headers } = response;
+  const read = { bytes: 0 };
+  try {
+    let text = '';
+    if (request.readBytes === undefined) await discard(response.body, headers, read);
+    else text = await readText(response.body, request.readBytes, read);
+    return { status, headers, text };
+  } catch (error) {
+    // A failure's status and headers are its whole answer: a body cut short only costs the
+    // connection. A 2xx is a success only with all of its body (the hand-off is complete or it
+    // failed): a reset or a stall could be a proxy or an app that fell over mid-answer.
+    if (status < 200 || status >= 300) return { status, headers, text: '' };
+    throw bodyFailure(error, { status, headers, read: read.bytes }, request, timeoutMs);
+  }
+}
+
+/**
+ * Reads an answer's body to its end and throws it away, so that its connection goes back to the
+ * pool; counts its bytes in `read`. Past `DISCARD_LIMIT` bytes the body is let go instead
+ * (destroyed: only the connection is lost, and the answer stands), at once when its
+ * `content-length` says so. Rejects when the body fails before its end (reset, closed,
+ * `bodyTimeout`, aborted): undici's `dump()`, which this replaces, resolves on close whatever
+ * happened. Events, not `for await`: this is every forward's path, and an iterator costs promise
+ * hops per chunk.
+ */
+function discard(body: Readable, headers: AnswerHeaders, read: { bytes: number }): Promise<void> {
+  if (Number(header(headers, 'content-length')) > DISCARD_LIMIT) {
+    body.destroy();
+    return Promise.resolve();
+  }
+  return new Promise((resolve, reject) => {
+    body.on('data', (chunk: Uint8Array) => {
+      read.bytes += chunk.length;
+      if (read.bytes <= DISCARD_LIMIT) return;
+      resolve(); // before the destroy, whose premature close `finished` reports
+      body.destroy();
+    });
+    finished(body, (error) => (error ? reject(error) : resolve()));
+  });
+}
+
+/**
+ * The first `limit` bytes of an answer's body as UTF-8, its bytes counted in `read`; the rest is
+ * let go (destroyed: only the connection is lost). Rejects when the body fails before either.
+ */
+async function readText(body: Readable, limit: number, read: { bytes: number }): Promise<string> {
   const chunks: Buffer[] = [];
-  let size = 0;
-  for await (const chunk of body) {
+  // Leaving the loop early (break) destroys the body; an error ends it by throwing.
+  for await (const chunk of body as AsyncIterable<Uint8Array>) {
     const buffer = Buffer.from(chunk);
     chunks.push(buffer);
-    size += buffer.length;
-    if (size >= limit) {
-      body.destroy();
-      break;
-    }
+    read.bytes += buffer.length;
+    if (read.bytes >= limit) break;
   }
   return Buffer.concat(chunks).subarray(0, limit).toString('utf8');
 }
@@ -181,6 +233,29 @@ function addressesOf(error: unknown, found: string[] = []): string[] {
   }
   if (error instanceof AggregateError) for (const each of error.errors) addressesOf(each, found);
   return addressesOf((error as { cause?: unknown }).cause, found);
+}
+
+/**
+ * A 2xx answer whose body did not arrive whole, e.g. `answered HTTP 200, then the connection
+ * closed before the end of its body (7 of 1000 bytes)`. An abort is only `aborted`, as before an answer.
+ */
+function bodyFailure(
+  error: unknown,
+  answer: { status: number; headers: AnswerHeaders; read: number },
+  request: HttpPost,
+  timeoutMs: number,
+): HttpHandoffFailure {
+  if (request.signal?.aborted) return new HttpHandoffFailure('aborted', { cause: error });
+  const code = codeOf(error);
+  const length = header(answer.headers, 'content-length');
+  const received = `(${answer.read}${length === undefined ? '' : ` of ${length}`} bytes)`;
+  let what: string;
+  if (code === 'UND_ERR_BODY_TIMEOUT')
+    what = `timed out after ${timeoutMs}ms waiting for the rest of its body`;
+  else if (closedBeforeAnswer(error)) what = 'the connection closed before the end of its body';
+  else what = `its body failed: ${errorMessage(error)}${code ? ` (${code})` : ''}`;
+  const reason = `answered HTTP ${answer.status}, then ${what} ${received}`;
+  return new HttpHandoffFailure(reason, { cause: error, status: answer.status });
 }
 
 function failure(error: unknown, request: HttpPost, url: URL, timeoutMs: number): HttpHandoffFailure {

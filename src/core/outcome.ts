@@ -3,6 +3,7 @@ import {
   DeadLetterError,
   type ErrorCode,
   errorMessage,
+  FORWARD_CODES,
   isPartnerEventsError,
   RetryLaterError,
   type VerificationCode,
@@ -245,8 +246,9 @@ function handlerThrew(error: unknown, attempt: number, policy: DecisionPolicy): 
   ) {
     return failure('HANDLER_REQUESTED_DEAD_LETTER', (error as Error).message, attempt, policy, 'release');
   }
-  // A forward's own failure code (a redirect) says more than HANDLER_FAILED; retried the same way.
-  if (isPartnerEventsError(error) && error.code === 'FORWARD_REDIRECTED') {
+  // A forward's own failure code (a redirect, a 2xx cut off) says more than HANDLER_FAILED;
+  // retried the same way.
+  if (isPartnerEventsError(error) && (FORWARD_CODES as readonly string[]).includes(error.code)) {
     return failure(error.code, error.message, attempt, policy, 'release');
   }
   return failure('HANDLER_FAILED', `handler threw: ${errorMessage(error)}`, attempt, policy, 'release');

@@ -26,7 +26,11 @@ export interface Delivery {
 export interface Target {
   /** For logs and reports; never holds a credential. */
   readonly name: string;
-  /** Throws an `AdapterError` when the message could not be handed over (network, auth, no queue). */
+  /**
+   * Throws an `AdapterError` when the message could not be handed over (network, auth, no queue);
+   * an HTTP target throws a `ForwardError` (`FORWARD_ANSWER_INCOMPLETE`) when a 2xx answer's body
+   * did not arrive whole.
+   */
   send(message: OutgoingMessage): Promise<Delivery>;
   close(): Promise<void>;
 }

@@ -38,7 +38,8 @@ export interface ForwardOptions {
   readonly url: string;
   /**
    * Limit for connecting, for the answer's headers once the request is sent, and between chunks
-   * of its body. Default 10 000 ms (the spec's acknowledgment timeout, for symmetry).
+   * of its body. Default 10 000 ms (the spec's acknowledgment timeout, for symmetry). Any of them
+   * passing fails the attempt, a 2xx's body too (`FORWARD_ANSWER_INCOMPLETE`).
    */
   readonly timeoutMs?: number;
   /** Extra headers, e.g. an internal auth token for the app. */
@@ -76,7 +77,8 @@ export const FORWARD_UNREACHABLE_AFTER = 3;
  * attempt (retried with backoff, dead-lettered after the configured attempts); `Retry-After` on
  * 429/503 sets the delay. A redirect is not followed: it fails the attempt as
  * `FORWARD_REDIRECTED` (see `classifyAnswer`). The answer's body is read and discarded, so that
- * its connection is reused.
+ * its connection is reused; a 2xx whose body is then cut off or stalls for `timeoutMs` fails the
+ * attempt as `FORWARD_ANSWER_INCOMPLETE` (a body over 64 KiB is not read: its connection is closed).
  */
 /** Forwards in a row that got no answer at all (refused, not found, timed out): for /readyz. */
 class Reachability {
@@ -122,6 +124,34 @@ function deliveredStatus(answer: HttpPostAnswer, url: string, target: string): n
   if (outcome.retryAfterMs !== undefined)
     throw new RetryLaterError(message, { delayMs: outcome.retryAfterMs });
   throw new Error(message);
+}
+
+/** What a failed POST throws: FORWARD_ANSWER_INCOMPLETE for a 2xx cut off, else a plain error. */
+function postFailure(
+  cause: unknown,
+  post: {
+    readonly target: string;
+    readonly reach: Reachability;
+    readonly options: ForwardOptions;
+    readonly eventId: string;
+    readonly aborted: boolean;
+  },
+): Error {
+  const { target, reach } = post;
+  const reason = cause instanceof HttpHandoffFailure ? cause.reason : `failed: ${errorMessage(cause)}`;
+  const status = cause instanceof HttpHandoffFailure ? cause.status : undefined;
+  if (status !== undefined) {
+    // The app answered (it is reachable), but not all of its answer arrived: not delivered.
+    reach.answered();
+    post.options.onAnswer?.(post.eventId, status);
+    return new ForwardError('FORWARD_ANSWER_INCOMPLETE', `forward to ${target} ${reason}`, {
+      cause,
+      details: { status },
+    });
+  }
+  // An abort is the consumer stopping or the handler's deadline: nothing about the app.
+  if (!post.aborted) reach.failed(`forward to ${target} ${reason}`);
+  return new Error(`forward to ${target} ${reason}`, { cause });
 }
 
 export function createForwarder(options: ForwardOptions): Forwarder {
@@ -170,14 +200,12 @@ export function createForwarder(options: ForwardOptions): Forwarder {
         signal: abort,
       });
     } catch (cause) {
-      const reason = cause instanceof HttpHandoffFailure ? cause.reason : `failed: ${errorMessage(cause)}`;
-      // An abort is the consumer stopping or the handler's deadline: nothing about the app.
-      if (!abort.aborted) reach.failed(`forward to ${target} ${reason}`);
-      throw new Error(`forward to ${target} ${reason}`, { cause });
+      throw postFailure(cause, { target, reach, options, eventId: context.eventId, aborted: abort.aborted });
     }
     reach.answered();
     options.onAnswer?.(context.eventId, answer.status);
     return deliveredStatus(answer, options.url, target);
   };
+
   return Object.assign(forward, { reachability: () => reach.check(), close: () => handoff.close() });
 }
