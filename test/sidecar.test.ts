@@ -3,6 +3,7 @@
  * envelopes POSTed to its HTTP ingress or read from a file, and its ops endpoints.
  */
 import { writeFileSync } from 'node:fs';
+import { Agent, get as httpGet, type IncomingMessage } from 'node:http';
 import { type AddressInfo, createServer as createNetServer } from 'node:net';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
@@ -25,12 +26,13 @@ afterEach(() => dir.cleanup());
  */
 function startSidecar(
   forward: string,
-  options: { dedupe?: string; args?: string[]; env?: NodeJS.ProcessEnv } = {},
+  options: { dedupe?: string; args?: string[]; env?: NodeJS.ProcessEnv; killAfterMs?: number } = {},
 ) {
-  const { dedupe = 'memory', args = [], env = {} } = options;
+  const { dedupe = 'memory', args = [], env = {}, killAfterMs } = options;
   const ingress = ['--source', 'http://127.0.0.1:0/events', '--forward', forward, '--dedupe', dedupe];
   return startRun(['--ops-port', '0', ...ingress, ...args], {
     env: { PARTNER_EVENTS_DEAD_LETTER: join(dir.path, 'dead.jsonl'), ...env },
+    ...(killAfterMs === undefined ? {} : { killAfterMs }),
   });
 }
 
@@ -221,6 +223,37 @@ describe('sidecar with HTTP ingress', () => {
     expect(result.stdout).toContain('"msg":"events settled"');
     expect(result.stdout).toContain('"handled":1');
     expect(result.stdout).toContain('"retried":2');
+  });
+
+  it('SIGTERM with a console page open and a kept-alive connection idle: the worker exits 0, and the page sees its stream end', async () => {
+    const app = await startApp();
+    // Killed after 15 s: a worker held open by the page fails here, not at the test's timeout.
+    const sidecar = await startSidecar(app.url, { killAfterMs: 15_000 });
+    const agent = new Agent({ keepAlive: true });
+    try {
+      const get = (path: string) =>
+        new Promise<IncomingMessage>((resolve, reject) =>
+          httpGet(`${sidecar.ops}${path}`, { agent }, resolve).on('error', reject),
+        );
+      const health = await get('/healthz');
+      health.resume();
+      await new Promise((resolve) => health.on('end', resolve));
+      const stream = await get('/console/api/stream'); // a second connection: the first is idle
+      expect(stream.headers['content-type']).toBe('text/event-stream');
+      const ended = new Promise<string>((resolve) => {
+        stream.on('end', () => resolve('end')).on('error', () => resolve('aborted'));
+      });
+      await new Promise((resolve) => stream.once('data', resolve));
+      stream.resume();
+
+      const result = await sidecar.stop();
+      expect(result.code).toBe(0);
+      expect(await ended).toBe('end');
+    } finally {
+      agent.destroy();
+      await sidecar.stop();
+      await app.close();
+    }
   });
 
   it('SIGTERM mid-batch: every request gets a definite answer and nothing acked went unforwarded', async () => {

@@ -4,6 +4,7 @@ import type { Keyring } from '../../core/secrets.js';
 import type { ReadinessCheck } from '../ops-server.js';
 import { CONSOLE_CSS, CONSOLE_HTML, CONSOLE_JS } from './assets.js';
 import { DeadLetterIndex, type LetterFilter } from './dead-letter-index.js';
+import { EventStreams } from './event-streams.js';
 import { letterDetail, recordBytes } from './letter-detail.js';
 import type { LiveStats } from './live-stats.js';
 import type { ReplayJobs } from './replay-jobs.js';
@@ -51,6 +52,7 @@ export class ConsoleServer {
   readonly #options: ConsoleOptions;
   readonly #index: DeadLetterIndex;
   readonly #tokenDigest: Buffer | undefined;
+  readonly #streams = new EventStreams();
 
   constructor(options: ConsoleOptions) {
     this.#options = options;
@@ -89,7 +91,7 @@ export class ConsoleServer {
       return void sendText(res, 200, 'text/javascript; charset=utf-8', CONSOLE_JS);
     if (path === '/console/app.css') return void sendText(res, 200, 'text/css; charset=utf-8', CONSOLE_CSS);
     if (path === '/console/api/live') return void send(res, 200, this.#live());
-    if (path === '/console/api/stream') return void this.#stream(req, res);
+    if (path === '/console/api/stream') return void this.#stream(res);
     if (path === '/console/api/letters') return void this.#letters(res, query);
     const letter = /^\/console\/api\/letters\/(\d+)(\/raw)?$/.exec(path);
     if (letter)
@@ -120,18 +122,14 @@ export class ConsoleServer {
     };
   }
 
-  /** Server-sent events: the live numbers once a second until the page goes away. */
-  #stream(req: IncomingMessage, res: ServerResponse): void {
-    res.writeHead(200, {
-      ...SECURITY_HEADERS,
-      'content-type': 'text/event-stream',
-      connection: 'keep-alive',
-    });
-    const push = () => res.write(`data: ${JSON.stringify(this.#live())}\n\n`);
-    push();
-    const timer = setInterval(push, 1000);
-    timer.unref();
-    req.on('close', () => clearInterval(timer));
+  /** Server-sent events: the live numbers once a second until the page goes away or `close()`. */
+  #stream(res: ServerResponse): void {
+    this.#streams.open(res, SECURITY_HEADERS, () => JSON.stringify(this.#live()), 1000);
+  }
+
+  /** Ends the live streams, which never end by themselves, so that the ops server can close. */
+  close(): void {
+    this.#streams.endAll();
   }
 
   #letters(res: ServerResponse, query: URLSearchParams): void {
