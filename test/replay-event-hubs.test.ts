@@ -5,15 +5,23 @@
  * with a namespace and a managed identity's token (no SAS key). A hub is read, never consumed.
  */
 import { join } from 'node:path';
+import { MessagingError } from '@azure/event-hubs';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { eventHubsSourceFromCli } from '../adapters/event-hubs/environment.js';
 import { createEventHubsAdapter, type EventHubsMessage } from '../adapters/event-hubs/index.js';
+import {
+  isPermanentReadError,
+  MAX_READ_ERRORS_IN_A_ROW,
+  ReadErrors,
+} from '../adapters/event-hubs/read-failure.js';
 import { eventHubsReplayReader } from '../adapters/event-hubs/replay-reader.js';
 import { eventHubsTargetFromCli } from '../adapters/event-hubs/sender.js';
-import { createTestEnvelope, type TestEnvelope } from '../src/consumer/testing.js';
-import { ConfigError } from '../src/core/errors.js';
+import { createConsumer } from '../src/consumer/consumer.js';
+import { createTestEnvelope, TEST_SIGNING_SECRET, type TestEnvelope } from '../src/consumer/testing.js';
+import { AdapterError, ConfigError } from '../src/core/errors.js';
 import { silentLogger } from '../src/core/logger.js';
 import type { ReplayMessage, ReplayReaderContext } from '../src/core/replay-reader.js';
+import { createMemoryDedupe } from '../src/dedupe/memory.js';
 import { runCli, runReplay, startApp, startServer } from './support/cli.js';
 import { EventHubsBroker } from './support/event-hubs-broker.js';
 import type { TestHub } from './support/event-hubs-server.js';
@@ -208,6 +216,111 @@ describe('the Event Hubs replay reader', () => {
       await reader.close();
     }
   }, 60_000);
+});
+
+describe('a hub the replay cannot read', () => {
+  let dir: ReturnType<typeof tempDir>;
+
+  beforeAll(() => {
+    dir = tempDir('phe-replay-eh-refused-');
+  });
+  afterAll(() => {
+    dir?.cleanup();
+  });
+
+  it('a worker reading with $Default, the replay too: it ends at once, exit 1, saying why and what to change', async () => {
+    const hub = await broker.createHub(2);
+    for (const id of hub.partitionIds)
+      await hub.publish(id, createTestEnvelope('daily.data.steps.created').raw);
+    // The worker's readers attach with an owner level: Event Hubs then refuses a plain reader
+    // (the replay's) of the same consumer group, and the SDK would try again every 10 s for ever.
+    const worker = createConsumer<EventHubsMessage>({
+      source: createEventHubsAdapter({
+        connectionString: hub.connectionString,
+        checkpointStore: join(dir.path, 'checkpoints.db'),
+        logger: silentLogger(),
+      }),
+      secrets: [{ id: 'current', secret: TEST_SIGNING_SECRET }],
+      dedupe: createMemoryDedupe(),
+      deadLetter: join(dir.path, 'worker-dead.jsonl'),
+      logger: silentLogger(),
+    });
+    worker.on('*', () => {});
+    await worker.start();
+    const app = await startApp();
+    try {
+      await vi.waitFor(
+        () => {
+          const held = broker.consumers().filter((c) => c.hub === hub.name && c.ownerLevel !== undefined);
+          expect(held).toHaveLength(2);
+        },
+        { timeout: 20_000, interval: 50 },
+      );
+      const env = { EVENTHUBS_CONNECTION_STRING: hub.connectionString };
+      const flags = ['--dead-letter', join(dir.path, 'replay-failed.jsonl')];
+      const started = Date.now();
+      // No --consumer-group: $Default, the worker's.
+      const replay = await runReplay(`azure-event-hubs:${hub.name}`, ['--forward', app.url, ...flags], {
+        env,
+        killAfterMs: 60_000,
+      });
+      expect(replay.code, replay.stderr).toBe(1);
+      expect(Date.now() - started).toBeLessThan(30_000);
+      expect(replay.summary).toMatchObject({ total: 0, forwarded: 0, failed: 0 });
+      const why = String(replay.summary?.read_failed);
+      expect(why).toMatch(
+        new RegExp(
+          `^cannot read event-hubs:${hub.name} \\(consumer group \\$Default, partition [01]\\): ReceiverDisconnectedError: `,
+        ),
+      );
+      expect(why).toContain('give the replay a consumer group of its own (--consumer-group NAME)');
+      expect(app.received).toHaveLength(0);
+      // The dry run reads the same way: it ends too, and says so in its text.
+      const dry = await runCli(
+        ['replay', `azure-event-hubs:${hub.name}`, '--dry-run', '--dedupe', 'memory', ...flags],
+        {
+          env,
+          killAfterMs: 60_000,
+        },
+      );
+      expect(dry.code, dry.stderr).toBe(1);
+      expect(dry.stdout).toContain(
+        `reading stopped early, the rest was not read: cannot read event-hubs:${hub.name}`,
+      );
+    } finally {
+      await app.close();
+      await worker.stop();
+    }
+  }, 120_000);
+
+  it('reader errors: a permanent one ends the read at once, retryable ones at the third in a row with no read between', () => {
+    const place = { source: 'event-hubs:orders', consumerGroup: 'replay', partitionId: '3' };
+    const sdkError = (code: string, retryable: boolean) =>
+      Object.assign(new MessagingError(`${code} from the service`), { code, retryable });
+    const missing = sdkError('MessagingEntityNotFoundError', false);
+    expect(isPermanentReadError(missing)).toBe(true);
+    const ended = new ReadErrors().failed(missing, place);
+    expect(ended).toBeInstanceOf(AdapterError);
+    expect(ended?.code).toBe('ADAPTER_ERROR');
+    expect(ended?.cause).toBe(missing);
+    expect(ended?.message).toBe(
+      'cannot read event-hubs:orders (consumer group replay, partition 3): MessagingEntityNotFoundError: ' +
+        "MessagingEntityNotFoundError from the service. Check the hub's name, and that consumer group replay exists on it (--consumer-group NAME)",
+    );
+
+    const busy = sdkError('ServerBusyError', true);
+    expect(isPermanentReadError(busy)).toBe(false);
+    expect(isPermanentReadError(new Error('no retryable field'))).toBe(false);
+    const errors = new ReadErrors();
+    for (let i = 1; i < MAX_READ_ERRORS_IN_A_ROW; i++) expect(errors.failed(busy, place)).toBeUndefined();
+    // A read between two errors starts the count again; another partition's errors are its own.
+    errors.read('3');
+    for (let i = 1; i < MAX_READ_ERRORS_IN_A_ROW; i++) expect(errors.failed(busy, place)).toBeUndefined();
+    expect(errors.failed(busy, { ...place, partitionId: '4' })).toBeUndefined();
+    expect(errors.failed(busy, place)?.message).toBe(
+      `cannot read event-hubs:orders (consumer group replay, partition 3): ${MAX_READ_ERRORS_IN_A_ROW} errors in a row, the last ServerBusyError: ServerBusyError from the service`,
+    );
+  });
 });
 
 /** Whatever sign-in of the machine's own could answer before the managed identity: none. */

@@ -25,6 +25,7 @@ import { clientFor, type EventHubsAuth, eventHubsAuthFromEnv } from './credentia
 import { CLI_SCHEME } from './names.js';
 import { HUB_NAME } from './options.js';
 import { POISON_PROPERTIES } from './poison-hub.js';
+import { ReadErrors } from './read-failure.js';
 import { traceContextOf } from './trace-context.js';
 import { clientOptionsFromEnv } from './web-socket.js';
 
@@ -113,8 +114,9 @@ class HubChannel implements SideChannel {
   readonly #subscriptions: Subscription[] = [];
   readonly #open = new Set<string>();
   readonly #stopped = new AbortController();
+  readonly #readErrors = new ReadErrors();
   #ranges: PartitionRange[] = [];
-  #failure: unknown;
+  #failure: AdapterError | undefined;
 
   constructor(client: EventHubConsumerClient, name: string, context: ReplayReaderContext) {
     this.#client = client;
@@ -132,8 +134,12 @@ class HubChannel implements SideChannel {
     for (const range of this.#ranges) this.#subscribe(range);
   }
 
+  /** Set once a partition cannot be read (`#onError`): the read ended there, and the run fails. */
+  get failure(): AdapterError | undefined {
+    return this.#failure;
+  }
+
   async fetch(max: number, signal: AbortSignal): Promise<readonly SideChannelMessage[] | null> {
-    if (this.#failure !== undefined) throw this.#failure;
     if (this.#buffer.length === 0) {
       if (this.#open.size === 0) return null;
       const wait = new CallDeadline(1000, signal);
@@ -211,12 +217,7 @@ class HubChannel implements SideChannel {
       range.partitionId,
       {
         processEvents: (events) => this.#onEvents(range, events),
-        processError: async (error) => {
-          this.#context.logger.warn(
-            { source: this.name, partition_id: range.partitionId, err: errorMessage(error) },
-            'reading the hub failed: the SDK retries',
-          );
-        },
+        processError: async (error) => this.#onError(range.partitionId, error),
       },
       { startPosition: range.start, maxBatchSize: 50, maxWaitTimeInSeconds: 1, skipParsingBodyAsJson: true },
     );
@@ -225,6 +226,8 @@ class HubChannel implements SideChannel {
 
   /** Buffers the partition's events up to the end of its range; waits while the buffer is full. */
   async #onEvents(range: PartitionRange, events: ReceivedEventData[]): Promise<void> {
+    // Called, even with no events: the partition is being read.
+    this.#readErrors.read(range.partitionId);
     if (!this.#open.has(range.partitionId)) return;
     const until = this.#context.until;
     for (const event of events) {
@@ -247,6 +250,32 @@ class HubChannel implements SideChannel {
     while (this.#buffer.length >= READ_AHEAD && !this.#stopped.signal.aborted) {
       await this.#drained.wait(this.#stopped.signal);
     }
+  }
+
+  /**
+   * A partition's reader failed. The SDK retries by itself, for ever: a replay must end. So an
+   * error retrying cannot fix (the SDK says so), or the same partition's third in a row with
+   * nothing read between them, ends the whole read: what is buffered is still handed out, then
+   * `fetch` says the end and the run fails with `failure`.
+   */
+  #onError(partitionId: string, error: Error): void {
+    if (this.#failure !== undefined || this.#stopped.signal.aborted) return;
+    const place = { source: this.name, consumerGroup: this.#context.consumerGroup, partitionId };
+    this.#failure = this.#readErrors.failed(error, place);
+    if (this.#failure === undefined) {
+      this.#context.logger.warn(
+        {
+          source: this.name,
+          partition_id: partitionId,
+          err: errorMessage(error),
+          errors_in_a_row: this.#readErrors.inARow(partitionId),
+        },
+        'reading the hub failed: the SDK retries',
+      );
+      return;
+    }
+    this.#open.clear();
+    this.#arrived.wake();
   }
 
   #end(partitionId: string): void {

@@ -9,7 +9,13 @@ import { describeUrl } from '../sidecar/forward.js';
 import { describeSpec } from '../transports.js';
 import { writeLine } from './common.js';
 import type { ReplayFilter } from './filters.js';
-import { maxStopFields, stoppedAtMaxLine, whereRead } from './replay-report.js';
+import {
+  maxStopFields,
+  readFailedField,
+  readFailedLine,
+  stoppedAtMaxLine,
+  whereRead,
+} from './replay-report.js';
 import { type ReplayMessage, ReplaySource, recordedCode } from './replay-source.js';
 import { terminalSafe, terminalSafeLines } from './terminal-safe.js';
 
@@ -68,7 +74,7 @@ export interface DryRunParts {
  * claiming), prints what the replay would do with it, then the counts. Changes nothing: a queue's
  * messages are held hidden while the run looks at them and made visible again, unchanged, at the
  * end. Closes the reader and the store. Exit code 1 when a record would be rejected or could not
- * be judged.
+ * be judged, or the source could not be read to its end.
  */
 export async function dryRun(
   options: DryRunOptions,
@@ -103,10 +109,12 @@ export async function dryRun(
     await dedupe.close();
   }
   const stopped = maxStopFields(reader.stoppedAtMax);
+  const readFailed = readFailedField(reader.failure);
   const summary = {
     ...counts,
     filtered_out: source.filteredOut,
     ...stopped,
+    ...readFailed,
     source: sourceName,
     target,
     dry_run: true,
@@ -117,7 +125,9 @@ export async function dryRun(
       : `dry run: ${JSON.stringify({ ...counts, filtered_out: source.filteredOut, ...stopped })} (nothing was changed)`,
   );
   if (stopped.stopped_at_max && !options.json) writeLine(stoppedAtMaxLine(reader.kind, stopped));
-  return { exitCode: counts.rejected === 0 && counts.errors === 0 ? 0 : 1, summary };
+  if (readFailed.read_failed !== undefined && !options.json) writeLine(readFailedLine(readFailed));
+  const clean = counts.rejected === 0 && counts.errors === 0 && readFailed.read_failed === undefined;
+  return { exitCode: clean ? 0 : 1, summary };
 }
 
 /** Printed on every line and in the summary: never the raw value (a SAS URL's sig=, userinfo). */

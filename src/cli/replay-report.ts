@@ -1,5 +1,5 @@
 import type { SettledReport } from '../consumer/consumer.js';
-import { type ErrorCode, VERIFICATION_CODES } from '../core/errors.js';
+import { type ErrorCode, errorMessage, VERIFICATION_CODES } from '../core/errors.js';
 import type { MaxStop, ReplayReader } from '../core/replay-reader.js';
 import { writeLine } from './common.js';
 import { Progress } from './progress.js';
@@ -124,6 +124,8 @@ export interface ReplaySummary {
   resume?: { since: string | null; sequence_numbers: Record<string, number> };
   /** The `--config` file's header names not sent, `--forward` being another origin (set by the CLI). */
   headers_withheld?: string[];
+  /** Present when the source could not be read on (a hub that refuses the reader): why. */
+  read_failed?: string;
 }
 
 /** The summary's fields for where `--max` stopped the read (none when it did not). */
@@ -144,6 +146,16 @@ export function maxStopFields(
         }
       : {}),
   };
+}
+
+/** The summary's field for a read the source ended early (none when it did not). */
+export function readFailedField(failure: Error | undefined): Pick<ReplaySummary, 'read_failed'> {
+  return failure === undefined ? {} : { read_failed: errorMessage(failure) };
+}
+
+/** Said when the source could not be read on: the run fails (exit code 1). */
+export function readFailedLine(summary: Pick<ReplaySummary, 'read_failed'>): string {
+  return terminalSafe(`reading stopped early, the rest was not read: ${summary.read_failed}`);
 }
 
 /** Said when `--max` left records of a file unread. */
@@ -251,6 +263,7 @@ export class ReplayReport {
     target: string;
     deadLetterFile: string | null;
     stoppedAtMax: MaxStop | undefined;
+    readFailure: Error | undefined;
   }): ReplaySummary {
     const o = this.tally.byOutcome;
     return {
@@ -268,6 +281,7 @@ export class ReplayReport {
       dead_letter_file: facts.deadLetterFile,
       dry_run: false,
       ...maxStopFields(facts.stoppedAtMax),
+      ...readFailedField(facts.readFailure),
     };
   }
 
@@ -290,6 +304,7 @@ export class ReplayReport {
     if (summary.filtered_out > 0) writeLine(`left out by the filters: ${summary.filtered_out} records`);
     if (summary.forced > 0) writeLine(`--force re-drove ${summary.forced} events already marked done`);
     if (summary.stopped_at_max) writeLine(stoppedAtMaxLine(this.#sourceKind, summary));
+    if (summary.read_failed !== undefined) writeLine(readFailedLine(summary));
     if (summary.headers_withheld)
       writeLine(
         terminalSafe(

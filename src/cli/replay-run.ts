@@ -125,6 +125,7 @@ export async function runReplay(options: ReplayRunOptions): Promise<ReplayRunRes
     target: options.target ? options.target.name : describeUrl(options.forward as string),
     deadLetterFile: sink.count > 0 ? options.deadLetterPath : null,
     stoppedAtMax: options.reader.stoppedAtMax,
+    readFailure: options.reader.failure,
   });
   return { summary, interrupted, report };
 }

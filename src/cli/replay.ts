@@ -343,8 +343,8 @@ interface AuditFacts {
 
 /**
  * Runs the replay (runReplay) until its source's end or SIGINT / SIGTERM, prints the summary and
- * appends the audit record. Exit code 0 when nothing failed or was rejected and the run was not
- * interrupted.
+ * appends the audit record. Exit code 0 when nothing failed or was rejected, the source was read
+ * to its end and the run was not interrupted.
  */
 async function replay(options: ReplayArgs, parts: ReplayParts, audit: AuditFacts): Promise<number> {
   const stop = new AbortController();
@@ -375,7 +375,8 @@ async function replay(options: ReplayArgs, parts: ReplayParts, audit: AuditFacts
     const withheld = options.withheldHeaders?.names;
     const summary = withheld ? { ...run.summary, headers_withheld: [...withheld] } : run.summary;
     report.print(summary, { source: describeSpec(options.source, 'replay'), interrupted });
-    const exitCode = summary.failed === 0 && summary.rejected === 0 && !interrupted ? 0 : 1;
+    const clean = summary.failed === 0 && summary.rejected === 0 && summary.read_failed === undefined;
+    const exitCode = clean && !interrupted ? 0 : 1;
     await audited(options, audit, exitCode, { counts: { ...summary }, interrupted });
     return exitCode;
   } finally {

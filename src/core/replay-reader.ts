@@ -42,6 +42,11 @@ export interface ReplayReader<M extends ReplayMessage = ReplayMessage> extends S
    * after `close`); undefined when the read ended otherwise, or the reader knows nothing was left.
    */
   readonly stoppedAtMax?: MaxStop | undefined;
+  /**
+   * Set when the read ended because the source could not be read on (a hub that refuses the
+   * reader): what was read before is replayed, the rest is not, and the run fails with this.
+   */
+  readonly failure?: Error | undefined;
 }
 
 /** What a reader knows when `--max` ended its read. */
@@ -108,6 +113,11 @@ export interface SideChannel<M extends SideChannelMessage = SideChannelMessage> 
    * is left unread (`none` only when the channel knows). Without it, messages may remain.
    */
   leftAfterMax?(): Promise<MaxStop | 'none'>;
+  /**
+   * Set once the channel cannot be read on; `fetch` then ends the read (`null`) instead of
+   * failing each call, which the replay's consumer would retry for ever.
+   */
+  readonly failure?: Error | undefined;
   close(): Promise<void>;
 }
 
@@ -165,6 +175,10 @@ class SideChannelReader<M extends SideChannelMessage> implements ReplayReader<Nu
 
   get stoppedAtMax(): MaxStop | undefined {
     return this.#stoppedAtMax;
+  }
+
+  get failure(): Error | undefined {
+    return this.#channel.failure;
   }
 
   total(): Promise<number | undefined> {
