@@ -1,7 +1,9 @@
 /**
  * The test Event Hubs broker itself (test/support/event-hubs-broker.ts), where its behaviour is
- * ours and not the SDK's: a client's late frames on a session the broker has ended.
+ * ours and not the SDK's: a client's late frames on a session the broker has ended; a message
+ * over its size limit refused as Event Hubs refuses it.
  */
+import { EventHubProducerClient } from '@azure/event-hubs';
 import rhea, { type Connection, type Delivery, type EventContext, type Receiver } from 'rhea';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { EventHubsBroker } from './support/event-hubs-broker.js';
@@ -61,6 +63,24 @@ describe('test Event Hubs broker', () => {
       await expect(firstDelivery(openReader(connection, 'second'))).resolves.toBeDefined();
     } finally {
       connection.close();
+    }
+  });
+
+  it('refuses a message over maxMessageBytes as Event Hubs does: MessageTooLargeError, not retryable, the link kept', async () => {
+    const limited = await EventHubsBroker.start({ maxMessageBytes: 2048 });
+    const producer = new EventHubProducerClient(limited.connectionString());
+    try {
+      const refused = producer.sendBatch([{ body: 'x'.repeat(4096) }], { partitionId: '0' });
+      await expect(refused).rejects.toMatchObject({
+        code: 'MessageTooLargeError',
+        retryable: false,
+        message: expect.stringMatching(/exceeds the limit \(2048 bytes\) currently allowed on the link/),
+      });
+      await producer.sendBatch([{ body: 'small' }], { partitionId: '0' });
+      expect(limited.events('0')).toHaveLength(1);
+    } finally {
+      await producer.close();
+      await limited.stop();
     }
   });
 });

@@ -22,6 +22,7 @@ import type { HandlerContext } from '../src/consumer/router.js';
 import { createTestEnvelope, TEST_SIGNING_SECRET } from '../src/consumer/testing.js';
 import { ConfigError } from '../src/core/errors.js';
 import { createLogger, silentLogger } from '../src/core/logger.js';
+import { COPY_REASON_MAX_CHARS, reasonForCopy } from '../src/core/outcome.js';
 import { Keyring } from '../src/core/secrets.js';
 import { verifyMessage } from '../src/core/verify.js';
 import { createSqliteDedupe } from '../src/dedupe/sqlite.js';
@@ -536,6 +537,87 @@ describe('trace context through the broker: the delivery span links to what the 
   );
 });
 
+// Our broker with a limit as Event Hubs has one (1 MB), only smaller: the emulator's pool is full.
+describe.skipIf(SERVER !== 'broker')('a poison hub that refuses a copy over its size limit', () => {
+  /** Fits a normal envelope's copy with a cut reason (~2 KB); not one of a few KB more. */
+  const LIMIT = 4096;
+  let limited: EventHubsBroker;
+  beforeAll(async () => {
+    limited = await EventHubsBroker.start({ maxMessageBytes: LIMIT });
+  });
+  afterAll(async () => {
+    await limited?.stop();
+  });
+  beforeEach(async () => {
+    hub = await limited.createHub(1);
+  });
+
+  /** The dead-letter file's records. */
+  const deadRecords = () =>
+    readFileSync(join(dir.path, 'dead.jsonl'), 'utf8')
+      .trim()
+      .split('\n')
+      .map((line) => JSON.parse(line) as { raw: string; reason: string });
+
+  it("cuts the handler's reason to 1024 characters on the copy; the dead-letter file keeps it whole", async () => {
+    const poisonHub = await limited.createHub(1);
+    const dead = await publish('0');
+    const after = await publish('0');
+    // A handler's message can be any length: here one of about 1 MB, the hub's whole limit.
+    const long = `validation failed: ${'detail '.repeat(150_000)}`;
+    const worker = await startWorker(
+      (e) => {
+        if (e.event_id === dead) throw new Error(long);
+      },
+      { deadLetterQueue: poisonHub.name },
+    );
+    await vi.waitFor(() => expect(handledIds(worker.reports)).toEqual([after]), WAIT);
+    const copies = await poisonHub.events('0');
+    expect(copies).toHaveLength(1);
+    const reason = String(copies[0]?.applicationProperties?.[POISON_PROPERTIES.reason]);
+    expect(reason).toHaveLength(COPY_REASON_MAX_CHARS);
+    const whole = deadRecords()[0]?.reason ?? '';
+    expect(whole.length).toBeGreaterThan(long.length);
+    expect(whole.startsWith(reason)).toBe(true);
+    await worker.stop();
+    expect(await checkpoints(worker.adapter)).toEqual({ 0: 1 });
+  });
+
+  it('a copy refused as too large is said at error level and the partition moves on; the dead-letter file has the event', async () => {
+    const poisonHub = await limited.createHub(1);
+    // Fits the main hub (published as it is), not the poison hub once the properties are added.
+    const big = createTestEnvelope('daily.data.steps.created', { fields: { note: 'x'.repeat(LIMIT) } });
+    await hub.publish('0', big.raw);
+    const after = await publish('0');
+    const logs: { level: number; msg: string; code?: string }[] = [];
+    const logger = createLogger(
+      { level: 'warn' },
+      { write: (line: string) => void logs.push(JSON.parse(line)) },
+    );
+    const worker = await startWorker(
+      (e) => {
+        if (e.event_id === big.eventId) throw new Error('poison');
+      },
+      { deadLetterQueue: poisonHub.name, logger },
+    );
+    await vi.waitFor(() => expect(handledIds(worker.reports)).toEqual([after]), WAIT);
+    expect(await poisonHub.events('0')).toHaveLength(0);
+    expect(deadRecords().map((r) => r.raw)).toEqual([big.raw]);
+    const refused = logs.filter((l) => l.msg.startsWith('the poison hub refused the copy as too large'));
+    expect(refused).toEqual([
+      expect.objectContaining({
+        level: 50,
+        code: 'HANDLER_FAILED',
+        err: expect.stringContaining(`limit (${LIMIT} bytes)`),
+      }),
+    ]);
+    // Refused once, never retried: a retry cannot make it fit.
+    expect(logs.map((l) => l.msg)).not.toContain(COPY_FAILED);
+    await worker.stop();
+    expect(await checkpoints(worker.adapter)).toEqual({ 0: 1 });
+  });
+});
+
 describe('two instances with the Blob checkpoint store (Azurite)', () => {
   let azurite: Azurite;
   beforeEach(async () => {
@@ -596,6 +678,19 @@ describe('two instances with the Blob checkpoint store (Azurite)', () => {
       2: 9,
       3: 9,
     });
+  });
+});
+
+describe('reasonForCopy (the reason a poison copy carries)', () => {
+  it('keeps a short reason; cuts a long one to 1024 characters, never inside a surrogate pair', () => {
+    expect(reasonForCopy('handler failed')).toBe('handler failed');
+    expect(reasonForCopy('a'.repeat(5000))).toBe('a'.repeat(COPY_REASON_MAX_CHARS));
+    // An emoji whose two halves would straddle the cut is left out whole.
+    const straddling = `${'a'.repeat(COPY_REASON_MAX_CHARS - 1)}😀tail`;
+    expect(reasonForCopy(straddling)).toBe('a'.repeat(COPY_REASON_MAX_CHARS - 1));
+    expect(reasonForCopy(`${'a'.repeat(COPY_REASON_MAX_CHARS - 2)}😀tail`)).toHaveLength(
+      COPY_REASON_MAX_CHARS,
+    );
   });
 });
 

@@ -1,7 +1,7 @@
 import { type MessageAttributeValue, SendMessageCommand, type SQSClient } from '@aws-sdk/client-sqs';
 import type { Logger } from 'pino';
 import { errorMessage } from '../../src/core/errors.js';
-import type { DeadOutcome } from '../../src/core/outcome.js';
+import { type DeadOutcome, reasonForCopy } from '../../src/core/outcome.js';
 import { isRetryableFailure, sqsFailure } from './errors.js';
 import { isFifoQueue, queueNameOf } from './options.js';
 import { withAttempts } from './retry.js';
@@ -39,7 +39,7 @@ export async function sendToDeadLetterQueue(
 ): Promise<void> {
   const attributes: Record<string, MessageAttributeValue> = {
     partner_events_code: text(outcome.code),
-    partner_events_reason: text(outcome.reason.slice(0, 1024)),
+    partner_events_reason: text(reasonForCopy(outcome.reason)),
     partner_events_source: text(options.source),
     partner_events_message_id: text(message.id),
     partner_events_attempts: number(message.attempt),

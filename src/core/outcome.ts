@@ -22,6 +22,22 @@ export type Outcome =
 
 export type DeadOutcome = { readonly kind: 'dead'; readonly code: ErrorCode; readonly reason: string };
 
+/**
+ * The most of a dead outcome's reason that a broker's copy of the message carries (an SQS
+ * dead-letter queue's attribute, a poison hub's property). A handler's error message can be any
+ * length, and a copy over the broker's size limit is refused every time it is sent; the
+ * dead-letter file keeps the whole reason.
+ */
+export const COPY_REASON_MAX_CHARS = 1024;
+
+/** `reason` cut to `COPY_REASON_MAX_CHARS`, never between the two halves of a surrogate pair. */
+export function reasonForCopy(reason: string): string {
+  if (reason.length <= COPY_REASON_MAX_CHARS) return reason;
+  const last = reason.charCodeAt(COPY_REASON_MAX_CHARS - 1);
+  const splitsPair = last >= 0xd800 && last <= 0xdbff;
+  return reason.slice(0, splitsPair ? COPY_REASON_MAX_CHARS - 1 : COPY_REASON_MAX_CHARS);
+}
+
 /** handled: the handlers succeeded; duplicate: already handled; ignored: no handler wants this type. */
 export type AckResult = 'handled' | 'duplicate' | 'ignored';
 

@@ -12,7 +12,7 @@ import { POISON_PROPERTIES } from '../../adapters/event-hubs/poison-hub.js';
 import type { Consumer } from '../consumer/consumer.js';
 import type { ProcessResult } from '../consumer/pipeline.js';
 import { errorMessage, PartnerEventsError } from '../core/errors.js';
-import type { DeadOutcome, Outcome } from '../core/outcome.js';
+import { type DeadOutcome, type Outcome, reasonForCopy } from '../core/outcome.js';
 import type { RawMessage } from '../core/source-adapter.js';
 import { ColdStart, type ColdStartOptions, type ConsumerSource } from './cold-start.js';
 
@@ -246,7 +246,7 @@ async function copyToPoisonHub(
           // EventData's `properties` are the AMQP application properties.
           properties: {
             [POISON_PROPERTIES.code]: dead.code,
-            [POISON_PROPERTIES.reason]: dead.reason.slice(0, 1024),
+            [POISON_PROPERTIES.reason]: reasonForCopy(dead.reason),
             [POISON_PROPERTIES.attempts]: message.attempt,
             [POISON_PROPERTIES.eventHub]: String(message.metadata.event_hub ?? ''),
             [POISON_PROPERTIES.consumerGroup]: String(message.metadata.consumer_group ?? ''),

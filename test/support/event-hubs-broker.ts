@@ -4,7 +4,8 @@
  * SASL ANONYMOUS, the `$cbs` put-token node, the `$management` node (hub and partition
  * properties), consumer links on `<hub>/ConsumerGroups/<cg>/Partitions/<id>` honouring the
  * offset / sequence-number / enqueued-time filter and the owner level (epoch), and producer links
- * on `<hub>` or `<hub>/Partitions/<id>` (single messages and batches, format 0x80013700).
+ * on `<hub>` or `<hub>/Partitions/<id>` (single messages and batches, format 0x80013700; with
+ * `maxMessageBytes`, a larger one refused with `amqp:link:message-size-exceeded`).
  * Several hubs (`createHub`); everything is in memory; plain TCP on 127.0.0.1 and a free port, or
  * TLS (`tls`) as Event Hubs itself speaks, for clients that sign in with a namespace and a token.
  * Opt-in (`webSocket`), AMQP over WebSockets too, on a second port: what the SDK's
@@ -57,6 +58,15 @@ export interface EventHubsBrokerOptions {
    * and certificate (PEM): the SDK dials only `wss://HOST:PORT/$servicebus/websocket`.
    */
   readonly webSocket?: { readonly key: string; readonly cert: string };
+  /**
+   * Refuse a message sent to a hub that is larger than this (its encoded transfer: a producer's
+   * batch with its events and their properties), as Event Hubs refuses one over its limit (1 MB
+   * on most tiers): the delivery is rejected with `amqp:link:message-size-exceeded`, which the
+   * SDK reports as a `MessageTooLargeError` that is not retryable, and the link stays open. Also
+   * the max message size the broker announces on producer links. Default: 1 MiB announced,
+   * nothing refused.
+   */
+  readonly maxMessageBytes?: number;
 }
 
 /** A `$cbs` put-token request as the broker received it. */
@@ -100,6 +110,8 @@ interface ConsumerLink extends ConsumerLinkInfo {
 }
 
 const BATCH_FORMAT = 0x80013700;
+/** What the broker announces on producer links when `maxMessageBytes` is not given (it refuses nothing then). */
+const ANNOUNCED_MAX_MESSAGE_BYTES = 1024 * 1024;
 const STR8_ARRAY = 0xa1;
 const CONSUMER_ADDRESS = /^([^/]+)\/ConsumerGroups\/([^/]+)\/Partitions\/([^/]+)$/;
 const FILTER =
@@ -135,11 +147,14 @@ export class EventHubsBroker implements EventHubsTestServer {
   #webSocketCount = 0;
   /** The open WebSockets by the id of their AMQP connection. */
   readonly #webSockets = new Map<string, WebSocket>();
+  readonly #maxMessageBytes: number | undefined;
 
   private constructor(options: EventHubsBrokerOptions) {
     this.hub = options.hub ?? 'hub';
     this.partitionIds = this.#addHub(this.hub, options.partitions ?? 2).partitionIds;
-    const container = rhea.create_container({ id: 'test-event-hubs-broker' });
+    this.#maxMessageBytes = options.maxMessageBytes;
+    // Every message is accepted or rejected in #onMessage: rhea's own accept would come first.
+    const container = rhea.create_container({ id: 'test-event-hubs-broker', autoaccept: false });
     container.sasl_server_mechanisms.enable_anonymous();
     container.on('connection_open', (ctx: EventContext) => {
       dropFramesOnEndedSessions(ctx.connection);
@@ -512,13 +527,19 @@ export class EventHubsBroker implements EventHubsTestServer {
     // The SDK sizes its batches by the link's max message size: announce one.
     (
       receiver as unknown as { local: { attach: { max_message_size: number } } }
-    ).local.attach.max_message_size = 1024 * 1024;
+    ).local.attach.max_message_size = this.#maxMessageBytes ?? ANNOUNCED_MAX_MESSAGE_BYTES;
   }
 
   #onMessage(ctx: EventContext): void {
     const receiver = ctx.receiver as Receiver;
     const address = receiver.target?.address ?? '';
     const format = (ctx as EventContext & { format?: number }).format;
+    const refusal = this.#refusal(ctx, address);
+    if (refusal) {
+      ctx.delivery?.reject(refusal);
+      return;
+    }
+    ctx.delivery?.accept();
     if (address === '$cbs') {
       const props = (ctx.message?.application_properties ?? {}) as Record<string, unknown>;
       if (props.operation === 'put-token') {
@@ -547,6 +568,20 @@ export class EventHubsBroker implements EventHubsTestServer {
       const partitionId = target ?? choosePartition(hub, partitionKey);
       this.#append(hub, partitionId, message.body, message.application_properties, partitionKey);
     }
+  }
+
+  /** A message to a hub over `maxMessageBytes`: refused as Event Hubs refuses it, in its words. */
+  #refusal(ctx: EventContext, address: string): { condition: string; description: string } | undefined {
+    const limit = this.#maxMessageBytes;
+    if (limit === undefined || address === '$cbs' || address === '$management') return undefined;
+    // A batch (format 0x80013700) arrives as its bytes; a single message is decoded: encode it again.
+    const message = ctx.message as unknown;
+    const size = Buffer.isBuffer(message) ? message.length : rhea.message.encode(message as Message).length;
+    if (size <= limit) return undefined;
+    return {
+      condition: 'amqp:link:message-size-exceeded',
+      description: `The received message (delivery-id:${ctx.delivery?.id}, size:${size} bytes) exceeds the limit (${limit} bytes) currently allowed on the link.`,
+    };
   }
 
   #management(ctx: EventContext): void {
