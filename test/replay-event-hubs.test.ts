@@ -4,6 +4,7 @@
  * replayed over a time window with events before and after it, and a poison hub read over TLS
  * with a namespace and a managed identity's token (no SAS key). A hub is read, never consumed.
  */
+import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { MessagingError } from '@azure/event-hubs';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
@@ -16,7 +17,7 @@ import {
 } from '../adapters/event-hubs/read-failure.js';
 import { eventHubsReplayReader } from '../adapters/event-hubs/replay-reader.js';
 import { eventHubsTargetFromCli } from '../adapters/event-hubs/sender.js';
-import { createConsumer } from '../src/consumer/consumer.js';
+import { createConsumer, type SettledReport } from '../src/consumer/consumer.js';
 import { createTestEnvelope, TEST_SIGNING_SECRET, type TestEnvelope } from '../src/consumer/testing.js';
 import { AdapterError, ConfigError } from '../src/core/errors.js';
 import { silentLogger } from '../src/core/logger.js';
@@ -321,6 +322,80 @@ describe('a hub the replay cannot read', () => {
       `cannot read event-hubs:orders (consumer group replay, partition 3): ${MAX_READ_ERRORS_IN_A_ROW} errors in a row, the last ServerBusyError: ServerBusyError from the service`,
     );
   });
+});
+
+/** A section of a page of docs/: from its heading to the next heading of its level or above. */
+function docsSection(page: string, heading: string): string {
+  const text = readFileSync(new URL(`../docs/${page}`, import.meta.url), 'utf8');
+  const start = text.indexOf(`${heading}\n`);
+  if (start === -1) return '';
+  const level = heading.split(' ')[0] as string;
+  const next = text.slice(start + heading.length).search(new RegExp(`\\n#{1,${level.length}} `));
+  return next === -1 ? text.slice(start) : text.slice(start, start + heading.length + next);
+}
+
+describe('the way back from a poison hub that docs/adapters/event-hubs.md gives', () => {
+  let dir: ReturnType<typeof tempDir>;
+
+  beforeAll(() => {
+    dir = tempDir('phe-replay-eh-way-back-');
+  });
+  afterAll(() => {
+    dir?.cleanup();
+  });
+
+  it('replays a copy signed long before it died, which a worker reading the poison hub rejects as TIMESTAMP_TOO_OLD', async () => {
+    const section = docsSection('adapters/event-hubs.md', '### A poison hub (optional)');
+    const command = /^\s*partner-events (replay azure-event-hubs:orders-poison .*)$/m.exec(section)?.[1];
+    expect(command, "the poison hub's section gives the replay command for its way back").toBeDefined();
+    // What the worker copies after ten attempts of backoff: signed 12 minutes ago, accepted by the
+    // main hub 11:58 ago, on the poison hub now.
+    const poison = await broker.createHub(1);
+    const now = Math.floor(Date.now() / 1000);
+    const dead = createTestEnvelope('daily.data.steps.created', { signedAt: now - 720 });
+    await poison.publish('0', dead.raw, {
+      'partner-events-dead-code': 'HANDLER_FAILED',
+      'partner-events-enqueued-time': new Date((now - 718) * 1000).toISOString(),
+    });
+    const env = { EVENTHUBS_CONNECTION_STRING: poison.connectionString };
+    const app = await startApp();
+    try {
+      const args = (command as string).split(/\s+/).map((arg) => {
+        if (arg === 'azure-event-hubs:orders-poison') return `azure-event-hubs:${poison.name}`;
+        if (arg.startsWith('http://127.0.0.1:8080/')) return app.url;
+        return arg.startsWith('sqlite:') ? `sqlite:${join(dir.path, 'dedupe.db')}` : arg;
+      });
+      const failed = join(dir.path, 'replay-failed.jsonl');
+      const result = await runCli([...args, '--dead-letter', failed, '--json'], { env, killAfterMs: 60_000 });
+      expect(result.code, result.stderr).toBe(0);
+      expect(jsonLines(result.stdout).at(-1)).toMatchObject({ total: 1, forwarded: 1 });
+      expect(app.eventIds()).toEqual([dead.eventId]);
+    } finally {
+      await app.close();
+    }
+    // What the page warns against: a worker judges the copy's age by the poison hub's enqueue time.
+    const settled: SettledReport<EventHubsMessage>[] = [];
+    const worker = createConsumer<EventHubsMessage>({
+      source: createEventHubsAdapter({
+        connectionString: poison.connectionString,
+        checkpointStore: join(dir.path, 'checkpoints.db'),
+        logger: silentLogger(),
+      }),
+      secrets: [{ id: 'current', secret: TEST_SIGNING_SECRET }],
+      dedupe: createMemoryDedupe(),
+      deadLetter: join(dir.path, 'worker-dead.jsonl'),
+      logger: silentLogger(),
+      onSettled: (report) => settled.push(report),
+    });
+    worker.on('*', () => {});
+    await worker.start();
+    try {
+      await vi.waitFor(() => expect(settled).toHaveLength(1), { timeout: 20_000, interval: 50 });
+      expect(settled[0]?.outcome).toMatchObject({ kind: 'dead', code: 'TIMESTAMP_TOO_OLD' });
+    } finally {
+      await worker.stop();
+    }
+  }, 90_000);
 });
 
 /** Whatever sign-in of the machine's own could answer before the managed identity: none. */
