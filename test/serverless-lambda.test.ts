@@ -253,6 +253,25 @@ describe('sqsHandler on an SQS event source mapping', () => {
     expect(await sqsCounts(client, queue.url)).toEqual({ visible: 0, inFlight: 0, delayed: 0 });
   });
 
+  it('with deadLetterQueue, a dead record whose copy the queue can never take (over its MaximumMessageSize) is reported done once, with its dead-letter record', async () => {
+    const dlq = await createQueue(client, 'lambda-small-dlq', { MaximumMessageSize: '1024' });
+    const queue = await createQueue(client, 'lambda-big');
+    const big = `{"not":"an envelope","pad":"${'x'.repeat(2000)}"}`;
+    const deadLetterPath = join(dir.path, 'small-dlq-dead.jsonl');
+    const consumer = testConsumer({ deadLetter: deadLetterPath });
+    const handler = sqsHandler(consumer, { allowEphemeralDedupe: true, deadLetterQueue: dlq.url, client });
+    await send(queue.url, big);
+
+    const empty = async () => {
+      const { visible, inFlight, delayed } = await sqsCounts(client, queue.url);
+      return visible + inFlight + delayed === 0;
+    };
+    const invocations = await runMapping(handler, queue.url, empty, { turns: 5 });
+    expect(invocations.map((i) => i.failed)).toEqual([[]]);
+    expect(readJsonl(deadLetterPath).map((r) => [r.code, r.raw])).toEqual([['MALFORMED_ENVELOPE', big]]);
+    expect(await sqsCounts(client, dlq.url)).toEqual({ visible: 0, inFlight: 0, delayed: 0 });
+  });
+
   it('a duplicate in a later batch is acked without running the handler again (SQLite store kept across invocations)', async () => {
     const queue = await createQueue(client, 'lambda-dup');
     const envelope = createTestEnvelope('daily.data.steps.created');

@@ -5,11 +5,13 @@ import {
   type ChangeMessageVisibilityBatchRequestEntry,
   type DeleteMessageBatchCommandInput,
   type DeleteMessageBatchCommandOutput,
+  type Message,
   ReceiveMessageCommand,
   SendMessageBatchCommand,
   SendMessageCommand,
   type SQSClient,
 } from '@aws-sdk/client-sqs';
+import pino from 'pino';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import {
   createSqsAdapter,
@@ -583,6 +585,182 @@ describe('SqsAdapter through the consumer (fauxqs)', () => {
     expect(s.reports[0]?.outcome).toMatchObject({ kind: 'dead', code: 'MALFORMED_ENVELOPE' });
     const onDlq = await peekAll(client, dlq.url);
     expect(onDlq.map((m) => m.Body)).toEqual(['not an envelope']);
+  });
+});
+
+/** A logger that keeps what it logs at warn and above, parsed. */
+function capturedLogs() {
+  const lines: Record<string, unknown>[] = [];
+  const logger = pino({ level: 'warn' }, { write: (line: string) => lines.push(JSON.parse(line)) });
+  return { logger, lines };
+}
+
+/** Bytes of a message as SQS counts them against MaximumMessageSize: body, and each attribute's name, type and value. */
+function sqsMessageBytes(message: Message): number {
+  let bytes = Buffer.byteLength(message.Body ?? '');
+  for (const [name, value] of Object.entries(message.MessageAttributes ?? {})) {
+    bytes += Buffer.byteLength(name) + Buffer.byteLength(value.DataType ?? '');
+    bytes += Buffer.byteLength(value.StringValue ?? '');
+  }
+  return bytes;
+}
+
+/** The adapter's reads of a queue's MaximumMessageSize (the tests' own counts ask for others). */
+const limitReads = (calls: readonly Call[]) =>
+  calls.filter(
+    (c) =>
+      c.command === 'GetQueueAttributesCommand' &&
+      (c.input.AttributeNames as string[]).includes('MaximumMessageSize'),
+  );
+
+/** The characters SQS allows in a message or attribute value. */
+const SQS_TEXT = /^[\t\n\r\u0020-\uD7FF\uE000-\uFFFD\u{10000}-\u{10FFFF}]*$/u;
+
+/** A malformed envelope (dead at once) of `bytes` bytes. */
+const malformedOf = (bytes: number) => `{"event_id":"evt_1","pad":"${'x'.repeat(bytes - 29)}"}`;
+
+describe('dead-letter queue copies that SQS can never take (fauxqs enforces MaximumMessageSize)', () => {
+  it('a body alone over the DLQ’s MaximumMessageSize: one dead-letter record, an error, the message deleted (not dead again after each visibility timeout)', async () => {
+    const { client } = recordingClient();
+    const dlq = await createQueue(client, 'small-dlq', { MaximumMessageSize: '1024' });
+    const { logger, lines } = capturedLogs();
+    const s = await setup({ adapter: { deadLetterQueue: dlq.url, visibilityTimeoutSeconds: 1, logger } });
+    const bodies = [malformedOf(2000), malformedOf(1500)];
+    expect(bodies.map((b) => b.length)).toEqual([2000, 1500]);
+    const ids = await send(s.client, s.queueUrl, bodies);
+    await s.consumer.start();
+    await vi.waitFor(
+      async () =>
+        expect(await sqsCounts(s.client, s.queueUrl)).toEqual({ visible: 0, inFlight: 0, delayed: 0 }),
+      { timeout: 5000 },
+    );
+    await s.consumer.stop();
+
+    expect(s.reports.map((r) => [r.message.attempt, r.outcome.kind])).toEqual([
+      [1, 'dead'],
+      [1, 'dead'],
+    ]);
+    // The record holds the message: it is the only copy now.
+    const records = readFileSync(s.deadLetterPath, 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l));
+    expect(records.map((r) => [r.message_id, r.raw]).sort()).toEqual(
+      ids.map((id, i) => [id, bodies[i]]).sort(),
+    );
+    expect(await sqsCounts(client, dlq.url)).toEqual({ visible: 0, inFlight: 0, delayed: 0 });
+    const given = lines.filter((l) =>
+      String(l.msg).startsWith('dead-letter queue can never take this message'),
+    );
+    expect(given.map((l) => [l.level, l.message_id]).sort()).toEqual(ids.map((id) => [50, id]).sort());
+    expect(String(given[0]?.err)).toMatch(/the body is \d+ bytes; the dead-letter queue takes at most 1024/);
+    // The DLQ's limit is read once.
+    expect(limitReads(s.calls)).toHaveLength(1);
+  });
+
+  it('a body that fits alone: the reason is shortened to the room the DLQ’s MaximumMessageSize leaves, the other attributes kept', async () => {
+    const { client } = recordingClient();
+    const dlq = await createQueue(client, 'small-dlq', { MaximumMessageSize: '1024' });
+    const s = await setup({
+      adapter: { deadLetterQueue: dlq.url, visibilityTimeoutSeconds: 1 },
+      consumer: { retry: { maxAttempts: 1, baseDelayMs: 0, maxDelayMs: 0 } },
+    });
+    const event = createTestEnvelope('daily.data.steps.created');
+    const [id] = await send(s.client, s.queueUrl, [event.raw]);
+    s.consumer.on('*', () => {
+      throw new Error(`app refused it: ${'detail '.repeat(300)}`);
+    });
+    await s.consumer.start();
+    await vi.waitFor(
+      async () =>
+        expect(await sqsCounts(s.client, s.queueUrl)).toEqual({ visible: 0, inFlight: 0, delayed: 0 }),
+      { timeout: 5000 },
+    );
+    await s.consumer.stop();
+
+    const [copy, ...more] = await peekAll(client, dlq.url);
+    expect(more).toEqual([]);
+    expect(copy?.Body).toBe(event.raw);
+    expect(sqsMessageBytes(copy as Message)).toBeLessThanOrEqual(1024);
+    const attributes = copy?.MessageAttributes ?? {};
+    expect(Object.keys(attributes).sort()).toEqual([
+      'partner_events_attempts',
+      'partner_events_code',
+      'partner_events_dead_lettered_at',
+      'partner_events_message_id',
+      'partner_events_reason',
+      'partner_events_sent_timestamp',
+      'partner_events_source',
+    ]);
+    expect(attributes.partner_events_message_id?.StringValue).toBe(id);
+    const [record] = readFileSync(s.deadLetterPath, 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l));
+    const reason = attributes.partner_events_reason?.StringValue ?? '';
+    expect(reason.length).toBeGreaterThan(100);
+    expect(reason.length).toBeLessThan(300);
+    expect(record.reason.startsWith(reason)).toBe(true);
+    expect(s.reports.map((r) => r.outcome.kind)).toEqual(['dead']);
+  });
+
+  it('characters SQS refuses in an attribute value (an ANSI colour escape, a lone surrogate in a handler’s error) are replaced in the copy', async () => {
+    const { client } = recordingClient();
+    const dlq = await createQueue(client, 'events-dlq');
+    const s = await setup({
+      adapter: { deadLetterQueue: dlq.url },
+      consumer: { retry: { maxAttempts: 1, baseDelayMs: 0, maxDelayMs: 0 } },
+    });
+    await send(s.client, s.queueUrl, [createTestEnvelope('daily.data.steps.created').raw]);
+    s.consumer.on('*', () => {
+      throw new Error('\u001b[31mred\u001b[0m \uD800 \u0000 end');
+    });
+    await s.consumer.start();
+    await vi.waitFor(() => expect(s.reports).toHaveLength(1), { timeout: 5000 });
+    await s.consumer.stop();
+
+    const [copy] = await peekAll(client, dlq.url);
+    const reason = copy?.MessageAttributes?.partner_events_reason?.StringValue ?? '';
+    expect(reason).toMatch(SQS_TEXT);
+    expect(reason).toContain('\uFFFD[31mred\uFFFD[0m \uFFFD \uFFFD end');
+  });
+
+  it('a DLQ whose limit cannot be read: copies are fitted to the SQS maximum, and one the queue then refuses (InvalidParameterValue) is given up the same way', async () => {
+    const { client } = recordingClient();
+    const dlq = await createQueue(client, 'small-dlq', { MaximumMessageSize: '1024' });
+    const { logger, lines } = capturedLogs();
+    const s = await setup({
+      adapter: { deadLetterQueue: dlq.url, visibilityTimeoutSeconds: 1, logger },
+      // As an IAM policy without sqs:GetQueueAttributes on the DLQ would: its answer is a refusal.
+      intercept: (command, input) =>
+        command === 'GetQueueAttributesCommand' && input.QueueUrl === dlq.url
+          ? { input: { ...input, QueueUrl: `${dlq.url}-denied` } }
+          : undefined,
+    });
+    const bodies = [malformedOf(1100), malformedOf(1200)];
+    await send(s.client, s.queueUrl, bodies);
+    await s.consumer.start();
+    await vi.waitFor(
+      async () =>
+        expect(await sqsCounts(s.client, s.queueUrl)).toEqual({ visible: 0, inFlight: 0, delayed: 0 }),
+      { timeout: 5000 },
+    );
+    await s.consumer.stop();
+
+    expect(s.reports.map((r) => r.outcome.kind)).toEqual(['dead', 'dead']);
+    expect(readFileSync(s.deadLetterPath, 'utf8').trim().split('\n')).toHaveLength(2);
+    expect(s.calls.filter((c) => c.command === 'SendMessageCommand').map((c) => c.end)).toEqual([
+      { kind: 'failed', error: expect.stringMatching(/InvalidParameterValue$/) },
+      { kind: 'failed', error: expect.stringMatching(/InvalidParameterValue$/) },
+    ]);
+    // A refusal is not asked again for every dead message.
+    expect(limitReads(s.calls)).toHaveLength(1);
+    expect(lines.map((l) => [l.level, l.msg])).toEqual(
+      expect.arrayContaining([
+        [40, expect.stringContaining('cannot read the dead-letter queue’s MaximumMessageSize')],
+        [50, expect.stringContaining('dead-letter queue can never take this message')],
+      ]),
+    );
   });
 });
 

@@ -15,10 +15,10 @@ import type { z } from 'zod';
 import { definedOnly } from '../../src/core/defined.js';
 import { ConfigError, errorMessage } from '../../src/core/errors.js';
 import { silentLogger } from '../../src/core/logger.js';
-import { NOT_HANDLED, type Outcome } from '../../src/core/outcome.js';
+import { type DeadOutcome, NOT_HANDLED, type Outcome } from '../../src/core/outcome.js';
 import type { SourceAdapter } from '../../src/core/source-adapter.js';
 import { Batcher, type EntryResults } from './batcher.js';
-import { sendToDeadLetterQueue } from './dead-letter-queue.js';
+import { DeadLetterQueue } from './dead-letter-queue.js';
 import { BatchEntryError, isNotInFlight, isRetryableFailure, sqsFailure } from './errors.js';
 import { type SqsMessage, toSqsMessage } from './message.js';
 import {
@@ -48,8 +48,8 @@ const CLOSE_GRACE_MS = 1000;
  * Consumes one SQS queue: long-polls `ReceiveMessage` (SentTimestamp is the age reference,
  * ApproximateReceiveCount the attempt), and settles each message: ack → `DeleteMessageBatch`
  * (acks of concurrent handlers gathered for a few ms), retry → visibility set to the delay,
- * dead → optional DLQ `SendMessage`, then delete. A heartbeat keeps a message invisible while its
- * handler runs.
+ * dead → optional DLQ `SendMessage` (dead-letter-queue.ts), then delete. A heartbeat keeps a
+ * message invisible while its handler runs.
  *
  * long: each private method is one SQS call (batch and single forms) with its own error mapping,
  * all on the same client, queue URL and close state; the batching (batcher.ts), retries
@@ -71,6 +71,7 @@ export class SqsAdapter implements SourceAdapter<SqsMessage> {
   readonly #systemAttributes: MessageSystemAttributeName[];
   readonly #deletes: Batcher<string>;
   readonly #visibility: Batcher<VisibilityChange>;
+  readonly #deadLetterQueue: DeadLetterQueue | undefined;
   /** Received, not yet settled, by receipt handle; with the heartbeat under way, if any. */
   readonly #open = new Map<string, Promise<void> | undefined>();
   /** Aborts every `ReceiveMessage` still under way; fired by `close()`. */
@@ -94,6 +95,9 @@ export class SqsAdapter implements SourceAdapter<SqsMessage> {
     this.#ownsClient = options.client === undefined;
     this.client = options.client ?? new SQSClient({});
     this.#logger = options.logger ?? silentLogger();
+    this.#deadLetterQueue = resolved.deadLetterQueue
+      ? new DeadLetterQueue(this.client, resolved.deadLetterQueue, resolved.settleAttempts)
+      : undefined;
     // AWSTraceHeader: the X-Ray trace context, linked from the delivery span.
     this.#systemAttributes = ['SentTimestamp', 'ApproximateReceiveCount', 'AWSTraceHeader'];
     if (isFifoQueue(resolved.queueUrl)) this.#systemAttributes.push('MessageGroupId');
@@ -150,15 +154,25 @@ export class SqsAdapter implements SourceAdapter<SqsMessage> {
       case 'retry':
         return this.#makeVisibleIn(message, outcome.delayMs);
       case 'dead':
-        if (this.#options.deadLetterQueue) {
-          await sendToDeadLetterQueue(this.client, this.#options.deadLetterQueue, message, outcome, {
-            source: this.name,
-            attempts: this.#options.settleAttempts,
-            logger: this.#logger,
-          });
-        }
+        if (this.#deadLetterQueue) await this.#copyDead(this.#deadLetterQueue, message, outcome);
         return this.#deletes.add(message.receiptHandle);
     }
+  }
+
+  /**
+   * The dead-letter queue copy of a dead message; throws when it failed (the message is kept).
+   * A copy SQS can never take is given up, and the message deleted all the same: kept, it would
+   * come back after every visibility timeout, be dead again and write a new dead-letter record
+   * each time (a failed handler would even run again). The consumer wrote the dead-letter record
+   * before this settle, so it holds the message.
+   */
+  async #copyDead(queue: DeadLetterQueue, message: SqsMessage, outcome: DeadOutcome): Promise<void> {
+    const copy = await queue.send(message, outcome, { source: this.name, logger: this.#logger });
+    if (copy.sent) return;
+    this.#logger.error(
+      { source: this.name, message_id: message.id, code: outcome.code, err: copy.why },
+      'dead-letter queue can never take this message: deleted without a copy there (its dead-letter record holds it)',
+    );
   }
 
   /** Extends the message's invisibility to `visibilityTimeoutSeconds` from now; throws if it cannot. */

@@ -29,6 +29,12 @@ const NOT_IN_FLIGHT_CODES = new Set([
   'InvalidParameterValue',
 ]);
 
+/**
+ * Sender faults about a sent message's content (its size, its characters): the same message is
+ * refused every time, so sending it again cannot help.
+ */
+const REFUSED_CONTENT_CODES = new Set(['InvalidParameterValue', 'InvalidMessageContents']);
+
 function shape(error: unknown): SdkErrorShape {
   return typeof error === 'object' && error !== null ? (error as SdkErrorShape) : {};
 }
@@ -93,4 +99,18 @@ export function isNotInFlight(error: unknown): boolean {
   const cause = error instanceof AdapterError ? error.cause : error;
   const name = shape(cause).name;
   return name !== undefined && NOT_IN_FLIGHT_CODES.has(name);
+}
+
+/**
+ * Whether SQS refused a sent message for its content (`InvalidParameterValue`: over the queue's
+ * `MaximumMessageSize`; `InvalidMessageContents`: characters it does not allow). The code comes as
+ * the SDK names it: bare from AWS, or `AWS.SimpleQueueService.`-prefixed from some emulators.
+ */
+export function isRefusedContent(error: unknown): boolean {
+  const cause = error instanceof AdapterError ? error.cause : error;
+  const e = shape(cause);
+  const code = e.name?.replace(/^AWS\.SimpleQueueService\./, '');
+  const status = e.$metadata?.httpStatusCode;
+  const senderFault = e.$fault === 'client' || (status !== undefined && status >= 400 && status < 500);
+  return senderFault && code !== undefined && REFUSED_CONTENT_CODES.has(code);
 }

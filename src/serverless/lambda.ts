@@ -103,20 +103,28 @@ type DeadLetterQueue = (
   consumer: Consumer<LambdaSqsMessage>,
 ) => Promise<void>;
 
-/** The SQS adapter's own dead-letter sender, loaded (with the SDK) only when a queue is configured. */
+/**
+ * The SQS adapter's own dead-letter sender, loaded (with the SDK) only when a queue is configured.
+ * As in the adapter, a copy SQS can never take is given up and the record reported as done: listed
+ * as a failure, it would come back and be dead again after every visibility timeout, with a new
+ * dead-letter record each time. The consumer's sink already holds the message.
+ */
 async function openDeadLetterQueue(options: SqsHandlerOptions): Promise<DeadLetterQueue> {
   const queueUrl = options.deadLetterQueue as string;
-  const [{ sendToDeadLetterQueue }, { SQSClient }] = await Promise.all([
+  const [{ DeadLetterQueue }, { SQSClient }] = await Promise.all([
     import('../../adapters/sqs/dead-letter-queue.js'),
     import('@aws-sdk/client-sqs'),
   ]);
-  const client = options.client ?? new SQSClient({});
-  return (message, outcome, consumer) =>
-    sendToDeadLetterQueue(client, queueUrl, message, outcome, {
-      source: `sqs:${String(message.metadata.queue)}`,
-      attempts: DLQ_SEND_ATTEMPTS,
-      logger: consumer.logger,
-    });
+  const queue = new DeadLetterQueue(options.client ?? new SQSClient({}), queueUrl, DLQ_SEND_ATTEMPTS);
+  return async (message, outcome, consumer) => {
+    const source = `sqs:${String(message.metadata.queue)}`;
+    const copy = await queue.send(message, outcome, { source, logger: consumer.logger });
+    if (copy.sent) return;
+    consumer.logger.error(
+      { source, message_id: message.id, code: outcome.code, err: copy.why },
+      'dead-letter queue can never take this message: reported done without a copy there (its dead-letter record holds it)',
+    );
+  };
 }
 
 /** True when the record must be reported as a failure. */
