@@ -8,7 +8,9 @@ import {
   storedRawOfDeadLetter,
   truncatedError,
 } from '../../src/core/dead-letter-record.js';
+import { AdapterError, errorMessage } from '../../src/core/errors.js';
 import type { Outcome, RetryPolicy } from '../../src/core/outcome.js';
+import { redact } from '../../src/core/redact.js';
 import type { FiniteSourceProgress, RawMessage, SourceAdapter } from '../../src/core/source-adapter.js';
 import { Waker } from '../../src/core/waker.js';
 import { type FileSourceOptions, fileSourceOptionsSchema } from './options.js';
@@ -40,11 +42,17 @@ export interface FileSourceStats {
  * is settled. A file has no broker enqueue time, so each line is stamped with the moment it was
  * first read (the clock at first receipt): a retry minutes later is not mistaken for a stale
  * event. A dead-letter record keeps the enqueue time its broker gave it.
+ *
+ * A failed read (a missing file, a directory, an I/O error mid-file) is not the end of the file:
+ * the next `receive` with nothing to hand out throws it (an `AdapterError` naming the path), the
+ * lines read before it are still handed out and settled (retries included), and then the source
+ * ends with `progress.done` false and `progress.failure` set, so `run` and `replay` exit 1.
  */
 export class FileSource implements SourceAdapter<FileMessage> {
   readonly name: string;
   readonly maxBatchSize = 100;
   readonly retryBound = FILE_RETRY_BOUND;
+  readonly #path: string;
   readonly #lines: AsyncIterator<string>;
   readonly #ready: FileMessage[] = [];
   /** Retries waiting for their delay, with the time each comes due. */
@@ -58,6 +66,10 @@ export class FileSource implements SourceAdapter<FileMessage> {
   /** `maxRecords` ended the read with records left in the file. */
   #stoppedAtMax = false;
   #eof = false;
+  /** The read failed: the file's end was never reached. */
+  #failure: AdapterError | undefined;
+  /** `#failure` has not been thrown from `receive` yet. */
+  #failureUntold = false;
   #inFlight = 0;
   #acked = 0;
   #dead = 0;
@@ -66,6 +78,7 @@ export class FileSource implements SourceAdapter<FileMessage> {
   constructor(options: FileSourceOptions) {
     const { path, name, maxRecords } = parseAdapterOptions(fileSourceOptionsSchema, options, 'file source');
     this.name = name ?? `file:${path}`;
+    this.#path = path;
     this.#maxRecords = maxRecords ?? Number.POSITIVE_INFINITY;
     const stream = createReadStream(path, { encoding: 'utf8' });
     const rl = createInterface({ input: stream, crlfDelay: Number.POSITIVE_INFINITY });
@@ -92,8 +105,9 @@ export class FileSource implements SourceAdapter<FileMessage> {
     }
     if (this.#ready.length > 0) nextRetryAt = Date.now(); // due already, being handed out
     const pendingRetries = this.#delayed.size + this.#ready.length + this.#givenUp;
-    const done = this.#eof && this.#inFlight === 0 && pendingRetries === 0;
-    return { done, pendingRetries, nextRetryAt };
+    const failure = this.#failure;
+    const done = this.#eof && !failure && this.#inFlight === 0 && pendingRetries === 0;
+    return { done, pendingRetries, nextRetryAt, ...(failure ? { failure: errorMessage(failure) } : {}) };
   }
 
   async receive(max: number, signal: AbortSignal): Promise<readonly FileMessage[] | null> {
@@ -105,12 +119,9 @@ export class FileSource implements SourceAdapter<FileMessage> {
         continue;
       }
       if (this.#eof) break;
-      const next = await this.#lines.next();
-      if (next.done) {
-        this.#eof = true;
-        break;
-      }
-      const message = toMessage(next.value, this.#lineNo + 1, Date.now());
+      const line = await this.#nextLine();
+      if (line === undefined) break;
+      const message = toMessage(line, this.#lineNo + 1, Date.now());
       if (message && this.#records >= this.#maxRecords) {
         // A record beyond the limit: it and the rest of the file stay unread.
         this.#stoppedAtMax = true;
@@ -127,10 +138,34 @@ export class FileSource implements SourceAdapter<FileMessage> {
       this.#inFlight += batch.length;
       return batch;
     }
+    if (this.#failureUntold) {
+      // Once: the consumer logs it (`receive failed`) and polls again, which drains what was read.
+      // Thrown on every call, the consumer's loop would never end.
+      this.#failureUntold = false;
+      throw this.#failure;
+    }
     if (this.#inFlight === 0 && this.#delayed.size === 0) return null;
     // Only retries remain: wait for one to come due (or for a stop).
     await this.#waker.wait(signal);
     return [];
+  }
+
+  /** The next line; undefined at the end of the file or when the read failed (`#failure`). */
+  async #nextLine(): Promise<string | undefined> {
+    try {
+      const next = await this.#lines.next();
+      if (!next.done) return next.value;
+    } catch (error) {
+      const path = redact(this.#path);
+      const where = this.#lineNo === 0 ? path : `${path} after line ${this.#lineNo}`;
+      this.#failure = new AdapterError(`cannot read ${where}: ${errorMessage(error)}`, {
+        cause: error,
+        details: { path, line: this.#lineNo, errno: errnoOf(error) },
+      });
+      this.#failureUntold = true;
+    }
+    this.#eof = true;
+    return undefined;
   }
 
   async settle(message: FileMessage, outcome: Outcome): Promise<void> {
@@ -196,6 +231,11 @@ function toMessage(line: string, lineNo: number, readAt: number): FileMessage | 
     }
   }
   return { id, line: lineNo, body: line, attempt: 1, enqueuedAt: readAt };
+}
+
+function errnoOf(error: unknown): string | null {
+  const code = (error as NodeJS.ErrnoException | undefined)?.code;
+  return typeof code === 'string' ? code : null;
 }
 
 function parseTime(text: string | null): number | undefined {

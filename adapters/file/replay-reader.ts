@@ -1,6 +1,7 @@
 import { createReadStream } from 'node:fs';
 import type { Outcome } from '../../src/core/outcome.js';
 import type { MaxStop, ReplayMessage, ReplayReader } from '../../src/core/replay-reader.js';
+import type { FiniteSourceProgress } from '../../src/core/source-adapter.js';
 import { createFileSource, type FileMessage, type FileSource } from './adapter.js';
 
 /** A record of a replayed JSONL file: its line number is its position. */
@@ -37,6 +38,11 @@ export class FileReplayReader implements ReplayReader<FileReplayMessage> {
   /** Set when `max` ended the read with records left in the file. */
   get stoppedAtMax(): MaxStop | undefined {
     return this.#inner.stoppedAtMax ? { unread: 'remain' } : undefined;
+  }
+
+  /** The file source's: `failure` says when reading the file failed before its end. */
+  get progress(): FiniteSourceProgress {
+    return this.#inner.progress;
   }
 
   async receive(max: number, signal: AbortSignal): Promise<readonly FileReplayMessage[] | null> {

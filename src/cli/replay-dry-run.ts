@@ -98,7 +98,7 @@ export async function dryRun(
   };
   const judging: Judge = { options, keyring, dedupe, reporter: new ErrorReporter() };
   try {
-    for await (const message of records(source)) {
+    for await (const message of records(source, reader)) {
       const row = await judge(message, judging);
       count(counts, row);
       await source.hold(message);
@@ -109,7 +109,7 @@ export async function dryRun(
     await dedupe.close();
   }
   const stopped = maxStopFields(reader.stoppedAtMax);
-  const readFailed = readFailedField(reader.failure);
+  const readFailed = readFailedField(reader.failure ?? reader.progress?.failure);
   const summary = {
     ...counts,
     filtered_out: source.filteredOut,
@@ -136,11 +136,20 @@ function describeTarget(options: DryRunOptions): string | null {
   return options.forward ? describeUrl(options.forward) : null;
 }
 
-/** The file's records the filters select, in order. */
-async function* records(source: ReplaySource): AsyncGenerator<ReplayMessage> {
+/**
+ * The file's records the filters select, in order. A read that failed partway (the reader's
+ * `progress.failure`) ends them: the summary says so. Any other receive error is thrown.
+ */
+async function* records(source: ReplaySource, reader: ReplayReader): AsyncGenerator<ReplayMessage> {
   const signal = new AbortController().signal;
   for (;;) {
-    const batch = await source.receive(100, signal);
+    let batch: readonly ReplayMessage[] | null;
+    try {
+      batch = await source.receive(100, signal);
+    } catch (error) {
+      if (reader.progress?.failure === undefined) throw error;
+      continue; // thrown once; what was read before it still comes, then the end
+    }
     if (batch === null) return;
     yield* batch;
   }

@@ -124,7 +124,7 @@ export interface ReplaySummary {
   resume?: { since: string | null; sequence_numbers: Record<string, number> };
   /** The `--config` file's header names not sent, `--forward` being another origin (set by the CLI). */
   headers_withheld?: string[];
-  /** Present when the source could not be read on (a hub that refuses the reader): why. */
+  /** Present when the source could not be read on (a hub that refuses the reader, a file's I/O error): why. */
   read_failed?: string;
 }
 
@@ -149,8 +149,9 @@ export function maxStopFields(
 }
 
 /** The summary's field for a read the source ended early (none when it did not). */
-export function readFailedField(failure: Error | undefined): Pick<ReplaySummary, 'read_failed'> {
-  return failure === undefined ? {} : { read_failed: errorMessage(failure) };
+export function readFailedField(failure: Error | string | undefined): Pick<ReplaySummary, 'read_failed'> {
+  if (failure === undefined) return {};
+  return { read_failed: typeof failure === 'string' ? failure : errorMessage(failure) };
 }
 
 /** Said when the source could not be read on: the run fails (exit code 1). */
@@ -263,7 +264,7 @@ export class ReplayReport {
     target: string;
     deadLetterFile: string | null;
     stoppedAtMax: MaxStop | undefined;
-    readFailure: Error | undefined;
+    readFailure: Error | string | undefined;
   }): ReplaySummary {
     const o = this.tally.byOutcome;
     return {

@@ -125,7 +125,7 @@ export async function runReplay(options: ReplayRunOptions): Promise<ReplayRunRes
     target: options.target ? options.target.name : describeUrl(options.forward as string),
     deadLetterFile: sink.count > 0 ? options.deadLetterPath : null,
     stoppedAtMax: options.reader.stoppedAtMax,
-    readFailure: options.reader.failure,
+    readFailure: options.reader.failure ?? options.reader.progress?.failure,
   });
   return { summary, interrupted, report };
 }

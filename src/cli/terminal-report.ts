@@ -29,7 +29,7 @@ export class RunTally {
 /**
  * `run`'s exit code once its consumer stopped: a finite source (a file) exits 1 when anything
  * was dead-lettered or it ended short of done (retries still pending, lines not read: a signal
- * came first); 0 otherwise, and always 0 for a queue (it has no end to reach).
+ * came first, or the read failed); 0 otherwise, and always 0 for a queue (it has no end to reach).
  */
 export function runExitCode(tally: RunTally, progress: FiniteSourceProgress | undefined): number {
   if (!progress) return 0;
@@ -145,9 +145,11 @@ class TerminalReport implements RunOutput {
     if (progress && !progress.done) {
       const pending = progress.pendingRetries;
       this.#line(
-        pending > 0
-          ? `Not finished: ${plural(pending, 'retry', 'retries')} still pending (not acked; run again or replay)`
-          : 'Not finished: stopped before the end of the source',
+        progress.failure !== undefined
+          ? `Not finished: ${progress.failure}`
+          : pending > 0
+            ? `Not finished: ${plural(pending, 'retry', 'retries')} still pending (not acked; run again or replay)`
+            : 'Not finished: stopped before the end of the source',
       );
     }
     return runExitCode(tally, progress);

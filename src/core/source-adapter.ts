@@ -109,4 +109,9 @@ export interface FiniteSourceProgress {
   readonly pendingRetries: number;
   /** When the next of them comes due (ms since the epoch); undefined when none waits. */
   readonly nextRetryAt: number | undefined;
+  /**
+   * Set when reading the source failed (a file that is a directory, an I/O error): why, as its
+   * error says (redacted). The end was never reached, so `done` stays false.
+   */
+  readonly failure?: string;
 }
