@@ -4,7 +4,7 @@
  */
 import { existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { ReceiveMessageCommand } from '@aws-sdk/client-sqs';
+import { ReceiveMessageCommand, SendMessageCommand } from '@aws-sdk/client-sqs';
 import { QueueClient } from '@azure/storage-queue';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { envelopeText } from '../adapters/event-hubs/body.js';
@@ -612,6 +612,40 @@ describe('replay --to', () => {
         expect(await store.peek(fresh.eventId)).toBe('absent'); // injected, not yet handled by a worker
       } finally {
         await store.close();
+      }
+    } finally {
+      client.destroy();
+    }
+  }, 60_000);
+
+  it('--to file: from an SQS dead-letter queue: a pretty-printed envelope is written as one line (and replays), then deleted; one that cannot be is refused and stays', async () => {
+    const client = fauxqsClient(fauxqs.endpoint);
+    try {
+      const dlq = await createQueue(client, 'replay-to-file-dlq');
+      const pretty = createTestEnvelope('daily.data.steps.created');
+      const prettyRaw = JSON.stringify(pretty.envelope, null, 2);
+      // Its compact form would be longer (1e20 written out): refused rather than written otherwise.
+      const longerRaw = `{"n": 1e20,\n${JSON.stringify(createTestEnvelope('daily.data.hrv.created').envelope).slice(1)}`;
+      for (const body of [prettyRaw, longerRaw]) {
+        await client.send(new SendMessageCommand({ QueueUrl: dlq.url, MessageBody: body }));
+      }
+      const out = join(dir.path, 'replayed.jsonl');
+      const flags = ['--to', `file:${out}`, '--settle-seconds', '1', '--attempts', '1'];
+      flags.push('--dead-letter', join(dir.path, 'still.jsonl'));
+      const result = await runReplay(`sqs:${dlq.url}`, flags, { env: fauxqsEnv(fauxqs.endpoint) });
+      expect(result.code).toBe(1); // the refused one
+      expect(result.summary).toMatchObject({ total: 2, injected: 1, failed: 1 });
+      expect(readFileSync(out, 'utf8').split('\n')).toEqual([JSON.stringify(pretty.envelope), '']);
+      expect(await drain(client, dlq.url)).toEqual([longerRaw]);
+
+      const app = await startApp();
+      try {
+        const again = await runReplay(out, ['--forward', app.url]);
+        expect(again.code).toBe(0);
+        expect(again.summary).toMatchObject({ total: 1, forwarded: 1 });
+        expect(app.received.map((r) => r.body)).toEqual([pretty.envelope.body]);
+      } finally {
+        await app.close();
       }
     } finally {
       client.destroy();
