@@ -1,4 +1,4 @@
-import { createHash, randomBytes } from 'node:crypto';
+import { randomBytes } from 'node:crypto';
 import { Cluster, Redis, type RedisOptions } from 'ioredis';
 import type { Logger } from 'pino';
 import { backoff } from '../core/backoff.js';
@@ -13,6 +13,8 @@ import {
   parseClusterUrl,
   REDIS_CLUSTER_SCHEME,
 } from './redis-cluster.js';
+import { RedisKeys } from './redis-keys.js';
+import { REDIS_SCRIPTS } from './redis-scripts.js';
 import {
   ABANDONED_CLAIM_MEMORY_MS,
   type ClaimResult,
@@ -20,6 +22,9 @@ import {
   type DedupeStore,
   PUBLISHER_RETRY_WINDOW_MS,
 } from './types.js';
+
+export { hashTag } from './redis-keys.js';
+export { REDIS_SCRIPTS } from './redis-scripts.js';
 
 export interface RedisDedupeOptions {
   /**
@@ -45,58 +50,6 @@ export interface RedisDedupeOptions {
   readonly retentionMs?: number;
 }
 
-// Values: `c:<token>` while claimed (key expires with the lease), `d:<token>` once done (key
-// expires with the retention). Every script compares the owner token first, atomically.
-// KEYS[2] counts the claims since the event was first claimed or last released; complete and
-// release delete it, so every claim but the current one was abandoned (its lease ran out).
-const CLAIM = `
-if redis.call('SET', KEYS[1], 'c:' .. ARGV[1], 'NX', 'PX', ARGV[2]) then
-  local n = redis.call('INCR', KEYS[2])
-  redis.call('PEXPIRE', KEYS[2], ARGV[3])
-  return {1, 0, n}
-end
-local v = redis.call('GET', KEYS[1])
-if string.sub(v, 1, 2) == 'd:' then return {2, 0, 0} end
-return {3, redis.call('PTTL', KEYS[1]), 0}`;
-
-const EXTEND = `
-if redis.call('GET', KEYS[1]) == 'c:' .. ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
-return 0`;
-
-const COMPLETE = `
-if redis.call('GET', KEYS[1]) == 'c:' .. ARGV[1] then
-  redis.call('SET', KEYS[1], 'd:' .. ARGV[1], 'PX', ARGV[2])
-  redis.call('DEL', KEYS[2])
-  return 1
-end
-return 0`;
-
-const RELEASE = `
-if redis.call('GET', KEYS[1]) == 'c:' .. ARGV[1] then
-  redis.call('DEL', KEYS[2])
-  return redis.call('DEL', KEYS[1])
-end
-return 0`;
-
-// Only a done record: a live lease belongs to a worker that is handling the event right now.
-const FORGET = `
-local v = redis.call('GET', KEYS[1])
-if v and string.sub(v, 1, 2) == 'd:' then return redis.call('DEL', KEYS[1]) end
-return 0`;
-
-function script(name: string, keys: number, lua: string): LuaScript {
-  return { name, keys, lua, sha: createHash('sha1').update(lua).digest('hex') };
-}
-
-/** The store's scripts (the bench's floor sends the very same). */
-export const REDIS_SCRIPTS = {
-  claim: script('claim', 2, CLAIM),
-  extend: script('extend', 1, EXTEND),
-  complete: script('complete', 2, COMPLETE),
-  release: script('release', 2, RELEASE),
-  forget: script('forget', 1, FORGET),
-} as const;
-
 /** Connection settings that make an outage fail fast instead of queueing commands. */
 export const FAIL_FAST_OPTIONS = {
   enableOfflineQueue: false,
@@ -120,10 +73,7 @@ export class RedisDedupeStore implements DedupeStore {
   readonly persistence = { kind: 'server' } as const;
   readonly #redis: Redis | Cluster;
   readonly #ownsClient: boolean;
-  readonly #prefix: string;
-  readonly #claimsPrefix: string;
-  /** On a cluster both keys of an event carry `{<event id>}`: one slot, so one script can touch both. */
-  readonly #hashTag: boolean;
+  readonly #keys: RedisKeys;
   readonly #health: ClusterHealth | undefined;
   /** One Redis: the script calls of a turn go as one pipeline (a cluster auto-pipelines by node). */
   readonly #batcher: ScriptBatcher | undefined;
@@ -140,17 +90,16 @@ export class RedisDedupeStore implements DedupeStore {
   constructor(options: RedisDedupeOptions) {
     this.#logger = options.logger ?? createLogger();
     this.#ownsClient = !options.client;
-    this.#hashTag =
+    const hashTagged =
       options.client?.isCluster ??
       (options.nodes !== undefined || options.url?.startsWith(REDIS_CLUSTER_SCHEME) === true);
     const base = `${options.prefix ?? 'partner-events'}:${options.tenant ?? 'default'}`;
-    if (this.#hashTag && /[{}]/.test(base)) {
+    if (hashTagged && /[{}]/.test(base)) {
       throw new ConfigError(`Redis Cluster: prefix and tenant must not contain { or } (got "${base}")`);
     }
     const redis = options.client ?? openClient(options);
     this.#redis = redis;
-    this.#prefix = `${base}:dedupe:`;
-    this.#claimsPrefix = `${base}:claims:`;
+    this.#keys = new RedisKeys(base, hashTagged);
     const up = () => {
       loadScripts(redis);
       this.#upIfServed(options.retentionMs);
@@ -180,10 +129,8 @@ export class RedisDedupeStore implements DedupeStore {
   async claim(eventId: string, leaseMs: number): Promise<ClaimResult> {
     if (!this.#usable()) await this.#beforeFirstCall();
     const token = this.#tokenPrefix + (++this.#tokenSeq).toString(36);
-    const tag = this.#tag(eventId);
     const reply = (await this.#run(REDIS_SCRIPTS.claim, [
-      this.#prefix + tag,
-      this.#claimsPrefix + tag,
+      ...this.#keys.of(eventId),
       token,
       leaseMs,
       leaseMs + ABANDONED_CLAIM_MEMORY_MS,
@@ -196,32 +143,29 @@ export class RedisDedupeStore implements DedupeStore {
 
   async extend(eventId: string, token: string, leaseMs: number): Promise<boolean> {
     if (!this.#usable()) await this.#beforeFirstCall();
-    return (await this.#run(REDIS_SCRIPTS.extend, [this.#prefix + this.#tag(eventId), token, leaseMs])) === 1;
+    return (await this.#run(REDIS_SCRIPTS.extend, [this.#keys.lease(eventId), token, leaseMs])) === 1;
   }
 
   async complete(eventId: string, token: string, retentionMs: number): Promise<boolean> {
     if (!this.#usable()) await this.#beforeFirstCall();
-    const tag = this.#tag(eventId);
-    const keysAndArgs = [this.#prefix + tag, this.#claimsPrefix + tag, token, retentionMs];
-    return (await this.#run(REDIS_SCRIPTS.complete, keysAndArgs)) === 1;
+    return (await this.#run(REDIS_SCRIPTS.complete, [...this.#keys.of(eventId), token, retentionMs])) === 1;
   }
 
   async release(eventId: string, token: string): Promise<void> {
     if (!this.#usable()) await this.#beforeFirstCall();
-    const tag = this.#tag(eventId);
-    await this.#run(REDIS_SCRIPTS.release, [this.#prefix + tag, this.#claimsPrefix + tag, token]);
+    await this.#run(REDIS_SCRIPTS.release, [...this.#keys.of(eventId), token]);
   }
 
   async forget(eventId: string): Promise<boolean> {
     if (!this.#usable()) await this.#beforeFirstCall();
-    return (await this.#run(REDIS_SCRIPTS.forget, [this.#prefix + this.#tag(eventId)])) === 1;
+    return (await this.#run(REDIS_SCRIPTS.forget, [this.#keys.lease(eventId)])) === 1;
   }
 
   async peek(eventId: string): Promise<DedupeState> {
     if (!this.#usable()) await this.#beforeFirstCall();
     let value: string | null;
     try {
-      value = await this.#redis.get(this.#prefix + this.#tag(eventId));
+      value = await this.#redis.get(this.#keys.lease(eventId));
     } catch (cause) {
       throw this.#unavailable(cause);
     }
@@ -248,11 +192,6 @@ export class RedisDedupeStore implements DedupeStore {
   #run(lua: LuaScript, keysAndArgs: (string | number)[]): Promise<unknown> {
     if (this.#batcher) return this.#batcher.run(lua, keysAndArgs);
     return runScript(this.#redis, lua, keysAndArgs, (cause) => this.#unavailable(cause));
-  }
-
-  /** The key suffix of an event: the id itself, or on a cluster `{<id>}` (see `hashTag`). */
-  #tag(eventId: string): string {
-    return this.#hashTag ? hashTag(eventId) : eventId;
   }
 
   /** The common case, checked without a promise: open, and connected at least once. */
@@ -312,7 +251,7 @@ export class RedisDedupeStore implements DedupeStore {
     }
     if (!this.#checked) {
       this.#checked = true;
-      void checkConfiguration(this.#redis, this.#logger, retentionMs, this.#prefix);
+      void checkConfiguration(this.#redis, this.#logger, retentionMs, this.#keys.prefix);
     }
   }
 }
@@ -372,15 +311,4 @@ function openClient(options: RedisDedupeOptions): Redis | Cluster {
   }
   if (!options.url) throw new DedupeUnavailableError('createRedisDedupe needs a url, nodes or a client');
   return new Redis(options.url, FAIL_FAST_OPTIONS);
-}
-
-/**
- * `{<id>}`: Redis Cluster hashes only what is between the first `{` and the next `}`, so the
- * event's two keys share a slot. An id starting with `}` would make that tag empty (then the whole
- * key is hashed), so such ids, and ids starting with `~` (to keep the mapping one-to-one), get a
- * `~` in front.
- */
-export function hashTag(eventId: string): string {
-  const first = eventId.charCodeAt(0);
-  return first === 0x7d || first === 0x7e ? `{~${eventId}}` : `{${eventId}}`;
 }
