@@ -8,7 +8,7 @@ import { spawn } from 'node:child_process';
 import { connect, createServer, type Server } from 'node:net';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
-import { Cluster } from 'ioredis';
+import { Cluster, Redis } from 'ioredis';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { ConfigError, DedupeUnavailableError } from '../src/core/errors.js';
@@ -187,6 +187,33 @@ describe.skipIf(!HAS_REDIS)('Redis dedupe on a 3-master Redis Cluster', () => {
     expect(lines.filter((l) => String(l.msg).includes('reachable again'))).toHaveLength(1);
     await store.close();
   }, 30_000);
+
+  it('a claim that times out on a slow master but runs there later is undone: neither held nor counted as abandoned', async () => {
+    const c = cluster as RedisCluster;
+    const options = clusterOptions({});
+    const client = createCluster(
+      c.nodes.slice(0, 3).map((n) => ({ host: '127.0.0.1', port: n.port })),
+      { ...options, redisOptions: { ...options.redisOptions, commandTimeout: 200 } },
+    );
+    const store = createRedisDedupe({ client, prefix: 'slow', logger: silentLogger() });
+    let id = '';
+    for (let i = 0; !id; i++) if ((await c.ownerOf(hashTag(`evt-stall-${i}`))) === 1) id = `evt-stall-${i}`;
+    const master = new Redis((c.nodes[1] as { port: number }).port, '127.0.0.1');
+    try {
+      expect(await store.peek(id)).toBe('absent');
+      await master.call('CLIENT', 'PAUSE', '1000', 'WRITE'); // master 1 holds every write for 1 s
+      await expect(store.claim(id, 60_000)).rejects.toBeInstanceOf(DedupeUnavailableError);
+      await master.set(`slow:fence:${hashTag(id)}`, '1'); // answered once the stall is over
+      await vi.waitFor(async () => expect(await master.exists(`slow:default:dedupe:${hashTag(id)}`)).toBe(0));
+      expect(await master.exists(`slow:default:claims:${hashTag(id)}`)).toBe(0);
+      await vi.waitFor(() => expect(store.available).toBe(true), { timeout: 10_000 });
+      expect(await store.claim(id, 60_000)).toMatchObject({ status: 'claimed', abandoned: 0 });
+    } finally {
+      master.disconnect();
+      await store.close();
+      client.disconnect();
+    }
+  });
 
   it('a failover to a replica: leases and done records carried over, the client follows the new master', async () => {
     const c = cluster as RedisCluster;

@@ -1,8 +1,9 @@
 import { spawn } from 'node:child_process';
+import { type AddressInfo, connect, createServer, type Socket } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
-import { Redis } from 'ioredis';
+import { Redis, ReplyError } from 'ioredis';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { createMemorySource } from '../adapters/memory/index.js';
@@ -11,6 +12,8 @@ import { createTestEnvelope, TEST_SIGNING_SECRET } from '../src/consumer/testing
 import { DedupeUnavailableError } from '../src/core/errors.js';
 import { silentLogger } from '../src/core/logger.js';
 import { createRedisDedupe, FAIL_FAST_OPTIONS } from '../src/dedupe/redis.js';
+import { MAX_OWED_CALLS, mayHaveRun, OwedCalls } from '../src/dedupe/redis-owed.js';
+import { ABANDONED_CLAIM_MEMORY_MS } from '../src/dedupe/types.js';
 import { HAS_REDIS, RedisServer } from './support/redis-server.js';
 
 const WORKER = fileURLToPath(new URL('./support/redis-consumer.ts', import.meta.url));
@@ -226,6 +229,99 @@ describe.skipIf(!HAS_REDIS)('Redis dedupe with a real redis-server', () => {
     await consumer.stop();
   });
 
+  it('a claim that times out (Redis slower than the command timeout) but runs later is undone: neither held nor counted as abandoned', async () => {
+    const client = new Redis(server.url, { ...FAIL_FAST_OPTIONS, commandTimeout: 200 });
+    const store = createRedisDedupe({ client, prefix: 'slow', logger: silentLogger() });
+    const e = 'evt-slow';
+    // First a worker that dies holding the event: a real abandoned claim, which must still count.
+    expect((await store.claim(e, 300)).status).toBe('claimed');
+    await vi.waitFor(async () => expect(await store.peek(e)).toBe('absent'));
+    // Redis holds every write for 1 s (a fork, a slow disk): the claim times out after 200 ms
+    // and is reported as a failure, but Redis runs it when the stall ends.
+    await admin.call('CLIENT', 'PAUSE', '1000', 'WRITE');
+    await expect(store.claim(e, 60_000)).rejects.toBeInstanceOf(DedupeUnavailableError);
+    await admin.set('slow:fence', '1'); // answered once the stall is over and the claim has run
+    await vi.waitFor(async () => expect(await store.peek(e)).toBe('absent'));
+    expect(await admin.exists('slow:default:dedupe:evt-slow')).toBe(0);
+    expect(await store.claim(e, 60_000)).toMatchObject({ status: 'claimed', abandoned: 1 });
+    await store.close();
+    client.disconnect();
+  });
+
+  it('a claim whose answer is lost with its connection is undone once the client has reconnected', async () => {
+    const proxy = await cuttableProxy(server.port);
+    const url = `redis://127.0.0.1:${proxy.port}`;
+    const store = createRedisDedupe({ url, prefix: 'lost', logger: silentLogger() });
+    await store.peek('warm-up');
+    proxy.mute(); // Redis gets the claim and runs it; its answer never comes back
+    const claiming = store.claim('evt-lost', 60_000);
+    await vi.waitFor(async () => expect(await admin.exists('lost:default:dedupe:evt-lost')).toBe(1));
+    proxy.cut();
+    await expect(claiming).rejects.toBeInstanceOf(DedupeUnavailableError);
+    await vi.waitFor(
+      async () =>
+        expect(await admin.exists('lost:default:dedupe:evt-lost', 'lost:default:claims:evt-lost')).toBe(0),
+      { timeout: 5000 },
+    );
+    expect(await store.claim('evt-lost', 60_000)).toMatchObject({ status: 'claimed', abandoned: 0 });
+    await store.close();
+    proxy.close();
+  });
+
+  it('a release that fails is sent again once Redis answers: the failure the worker reported is not counted as abandoned', async () => {
+    const proxy = await cuttableProxy(server.port);
+    const store = createRedisDedupe({
+      url: `redis://127.0.0.1:${proxy.port}`,
+      prefix: 'unreleased',
+      logger: silentLogger(),
+    });
+    const claim = await store.claim('evt-unreleased', 60_000);
+    if (claim.status !== 'claimed') throw new Error(claim.status);
+    proxy.pause(); // no connection for a while: the release fails at once
+    await vi.waitFor(() => expect(store.available).toBe(false));
+    await expect(store.release('evt-unreleased', claim.token)).rejects.toBeInstanceOf(DedupeUnavailableError);
+    proxy.resume();
+    await vi.waitFor(async () => expect(await store.peek('evt-unreleased')).toBe('absent'), {
+      timeout: 5000,
+    });
+    expect(await store.claim('evt-unreleased', 60_000)).toMatchObject({ status: 'claimed', abandoned: 0 });
+    await store.close();
+    proxy.close();
+  });
+
+  it('a consumer whose claims time out while Redis stalls retries them (DEDUPE_UNAVAILABLE), then handles the event: not dead as HANDLER_ABANDONED', async () => {
+    const client = new Redis(server.url, { ...FAIL_FAST_OPTIONS, commandTimeout: 200 });
+    const handled: string[] = [];
+    const consumer = createConsumer({
+      secrets: [{ id: 'current', secret: TEST_SIGNING_SECRET }],
+      dedupe: createRedisDedupe({ client, prefix: 'stalls', logger: silentLogger() }),
+      deadLetter: '/dev/null',
+      logger: silentLogger(),
+      leaseMs: 500,
+    });
+    consumer.on('daily.data.steps.created', (event) => void handled.push(event.event_id));
+    const event = createTestEnvelope('daily.data.steps.created');
+    const keys = ['dedupe', 'claims'].map((kind) => `stalls:default:${kind}:${event.eventId}`);
+    const outcomes: string[] = [];
+    for (let attempt = 1; attempt <= 4; attempt++) {
+      if (attempt <= 3) await admin.call('CLIENT', 'PAUSE', '800', 'WRITE');
+      const result = await consumer.process({ id: 'm1', body: event.raw, attempt });
+      const { outcome } = result;
+      outcomes.push(outcome.kind === 'ack' ? `ack:${outcome.result}` : `${outcome.kind}:${outcome.code}`);
+      await admin.set('stalls:fence', '1'); // the stall is over
+      await vi.waitFor(async () => expect(await admin.exists(...keys)).toBe(attempt <= 3 ? 0 : 1));
+    }
+    expect(outcomes).toEqual([
+      'retry:DEDUPE_UNAVAILABLE',
+      'retry:DEDUPE_UNAVAILABLE',
+      'retry:DEDUPE_UNAVAILABLE',
+      'ack:handled',
+    ]);
+    expect(handled).toEqual([event.eventId]);
+    await consumer.stop();
+    client.disconnect();
+  });
+
   it('two worker processes given the same 1,000 events (shuffled, duplicated) handle each exactly once', async () => {
     const prefix = `twoproc-${Date.now()}`;
     const [a, b] = await Promise.all([
@@ -274,6 +370,59 @@ describe.skipIf(!HAS_REDIS)('Redis dedupe with a real redis-server', () => {
   }, 60_000);
 });
 
+describe('calls the Redis store owes (undone claims, failed releases)', () => {
+  it('each is sent at once, retried with backoff and when asked until answered, given up after a day; at most MAX_OWED_CALLS, the oldest dropped, warned once', async () => {
+    let now = 0;
+    let warnings = 0;
+    const owed = new OwedCalls(
+      () => warnings++,
+      () => now,
+    );
+    let down = true;
+    let sent = 0;
+    owed.add('a', () => {
+      sent++;
+      return down ? Promise.reject(new Error('down')) : Promise.resolve(1);
+    });
+    expect(sent).toBe(1);
+    await vi.waitFor(() => expect(sent).toBeGreaterThanOrEqual(3)); // backoff: 100 ms, then 200 ms
+    down = false;
+    await vi.waitFor(() => {
+      owed.retryNow(); // Redis is back
+      expect(owed.size).toBe(0);
+    });
+
+    owed.add('b', () => Promise.reject(new Error('down')));
+    await vi.waitFor(() => {
+      now += ABANDONED_CLAIM_MEMORY_MS + 1; // its keys have expired: nothing left to correct
+      owed.retryNow();
+      expect(owed.size).toBe(0);
+    });
+
+    const unanswered = () => new Promise<never>(() => undefined);
+    for (let i = 0; i < MAX_OWED_CALLS + 5; i++) owed.add(`t${i}`, unanswered);
+    expect(owed.size).toBe(MAX_OWED_CALLS);
+    expect(warnings).toBe(1);
+  });
+
+  it('a failed call may have run unless Redis answered with an error or it was never sent', () => {
+    const failed = (cause: Error) => new DedupeUnavailableError('Redis dedupe store unavailable', { cause });
+    const ReplyErrorClass = ReplyError as new (message: string) => Error;
+    expect(mayHaveRun(failed(new Error('Command timed out')))).toBe(true);
+    expect(mayHaveRun(failed(new Error('Connection is closed.')))).toBe(true);
+    expect(mayHaveRun(failed(new Error('Reached the max retries per request limit (which is 0).')))).toBe(
+      true,
+    );
+    expect(
+      mayHaveRun(failed(new Error("Stream isn't writeable and enableOfflineQueue options is false"))),
+    ).toBe(false);
+    expect(mayHaveRun(failed(new Error("Cluster isn't ready and enableOfflineQueue options is false")))).toBe(
+      false,
+    );
+    expect(mayHaveRun(failed(new ReplyErrorClass('CLUSTERDOWN The cluster is down')))).toBe(false);
+  });
+});
+
 describe('Redis dedupe before its first connection', () => {
   it('a call waits for the first connection, then fails typed after connectTimeout; timed-out waits leave nothing behind', async () => {
     // A client never connected (lazyConnect, no connect()): no network at all.
@@ -305,3 +454,51 @@ describe('Redis dedupe before its first connection', () => {
     }
   });
 });
+
+/**
+ * A loopback TCP proxy to Redis on `port`. `mute()` stops passing Redis's answers on the
+ * connections open now; `cut()` closes them; `pause()` closes them and refuses new ones until
+ * `resume()` (the connections it accepts then pass everything).
+ */
+async function cuttableProxy(port: number) {
+  const pairs = new Set<{ inbound: Socket; outbound: Socket; muted: boolean }>();
+  let refusing = false;
+  const server = createServer((inbound) => {
+    if (refusing) return void inbound.destroy();
+    const pair = { inbound, outbound: connect(port, '127.0.0.1'), muted: false };
+    pairs.add(pair);
+    inbound.on('data', (chunk) => pair.outbound.write(chunk));
+    pair.outbound.on('data', (chunk) => {
+      if (!pair.muted) inbound.write(chunk);
+    });
+    const end = () => {
+      inbound.destroy();
+      pair.outbound.destroy();
+      pairs.delete(pair);
+    };
+    inbound.on('error', end).on('close', end);
+    pair.outbound.on('error', end).on('close', end);
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const cut = () => {
+    for (const pair of pairs) pair.inbound.destroy();
+  };
+  return {
+    port: (server.address() as AddressInfo).port,
+    mute: () => {
+      for (const pair of pairs) pair.muted = true;
+    },
+    cut,
+    pause: () => {
+      refusing = true;
+      cut();
+    },
+    resume: () => {
+      refusing = false;
+    },
+    close: () => {
+      cut();
+      server.close();
+    },
+  };
+}

@@ -34,6 +34,17 @@ if redis.call('GET', KEYS[1]) == 'c:' .. ARGV[1] then
 end
 return 0`;
 
+// A claim that failed without an answer (a timeout, a lost connection) but may have run: if it
+// took the lease, the lease is given back and the claim taken out of the count. It was never
+// handled, so it must neither hold the event nor count as abandoned; earlier claims still count.
+const UNCLAIM = `
+if redis.call('GET', KEYS[1]) == 'c:' .. ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  if redis.call('DECR', KEYS[2]) <= 0 then redis.call('DEL', KEYS[2]) end
+  return 1
+end
+return 0`;
+
 // Only a done record: a live lease belongs to a worker that is handling the event right now.
 const FORGET = `
 local v = redis.call('GET', KEYS[1])
@@ -50,5 +61,6 @@ export const REDIS_SCRIPTS = {
   extend: script('extend', 1, EXTEND),
   complete: script('complete', 2, COMPLETE),
   release: script('release', 2, RELEASE),
+  unclaim: script('unclaim', 2, UNCLAIM),
   forget: script('forget', 1, FORGET),
 } as const;

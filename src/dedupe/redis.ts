@@ -14,6 +14,7 @@ import {
   REDIS_CLUSTER_SCHEME,
 } from './redis-cluster.js';
 import { RedisKeys } from './redis-keys.js';
+import { MAX_OWED_CALLS, mayHaveRun, OwedCalls } from './redis-owed.js';
 import { REDIS_SCRIPTS } from './redis-scripts.js';
 import {
   ABANDONED_CLAIM_MEMORY_MS,
@@ -78,6 +79,13 @@ export class RedisDedupeStore implements DedupeStore {
   /** One Redis: the script calls of a turn go as one pipeline (a cluster auto-pipelines by node). */
   readonly #batcher: ScriptBatcher | undefined;
   readonly #logger: Logger;
+  /** Undoings of failed claims and failed releases, sent until Redis answers them. */
+  readonly #owed = new OwedCalls(() =>
+    this.#logger.warn(
+      { max: MAX_OWED_CALLS },
+      'Redis dedupe store: too many failed claims and releases to correct; the oldest are given up (their events may count an abandoned claim)',
+    ),
+  );
   readonly #tokenPrefix = `${randomBytes(6).toString('hex')}.`;
   #tokenSeq = 0;
   #downSince: number | undefined;
@@ -129,12 +137,17 @@ export class RedisDedupeStore implements DedupeStore {
   async claim(eventId: string, leaseMs: number): Promise<ClaimResult> {
     if (!this.#usable()) await this.#beforeFirstCall();
     const token = this.#tokenPrefix + (++this.#tokenSeq).toString(36);
-    const reply = (await this.#run(REDIS_SCRIPTS.claim, [
-      ...this.#keys.of(eventId),
-      token,
-      leaseMs,
-      leaseMs + ABANDONED_CLAIM_MEMORY_MS,
-    ])) as [number, number, number];
+    const keys = this.#keys.of(eventId);
+    let reply: [number, number, number];
+    try {
+      const memoryMs = leaseMs + ABANDONED_CLAIM_MEMORY_MS;
+      reply = (await this.#run(REDIS_SCRIPTS.claim, [...keys, token, leaseMs, memoryMs])) as typeof reply;
+    } catch (error) {
+      // Reported as a failure (the consumer retries the message), the claim may run all the same:
+      // a lease nobody holds, which would count as abandoned. Undone once Redis answers.
+      if (mayHaveRun(error)) this.#owed.add(token, () => this.#run(REDIS_SCRIPTS.unclaim, [...keys, token]));
+      throw error;
+    }
     const status = reply[0];
     if (status === 1) return { status: 'claimed', token, abandoned: reply[2] - 1 };
     if (status === 2) return { status: 'duplicate' };
@@ -153,7 +166,14 @@ export class RedisDedupeStore implements DedupeStore {
 
   async release(eventId: string, token: string): Promise<void> {
     if (!this.#usable()) await this.#beforeFirstCall();
-    await this.#run(REDIS_SCRIPTS.release, [...this.#keys.of(eventId), token]);
+    const keysAndToken = [...this.#keys.of(eventId), token];
+    try {
+      await this.#run(REDIS_SCRIPTS.release, keysAndToken);
+    } catch (error) {
+      // Unreleased, the lease of a failure this worker reported would count as abandoned.
+      this.#owed.add(token, () => this.#run(REDIS_SCRIPTS.release, keysAndToken));
+      throw error;
+    }
   }
 
   async forget(eventId: string): Promise<boolean> {
@@ -176,6 +196,8 @@ export class RedisDedupeStore implements DedupeStore {
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
+    // Before QUIT, which Redis would run ahead of calls still waiting for the turn's pipeline.
+    await this.#owed.close();
     this.#health?.stop();
     if (!this.#ownsClient) return;
     try {
@@ -245,6 +267,7 @@ export class RedisDedupeStore implements DedupeStore {
     for (const ready of this.#firstReadyWaiters) ready();
     this.#firstReadyWaiters.clear();
     if (!this.available) return;
+    this.#owed.retryNow();
     if (this.#downSince !== undefined) {
       this.#logger.warn({ outage_ms: Date.now() - this.#downSince }, 'Redis dedupe store reachable again');
       this.#downSince = undefined;
