@@ -212,9 +212,10 @@ async function runFloor(url: string, raws: readonly string[]): Promise<void> {
       const id = ids[i] as string;
       claims.evalsha(
         claim.sha,
-        2,
+        claim.keys,
         `floor:dedupe:${id}`,
         `floor:claims:${id}`,
+        `floor:owner:${id}`,
         tokens[i] as string,
         LEASE_MS,
         LEASE_MS + ABANDONED_CLAIM_MEMORY_MS,
@@ -228,9 +229,10 @@ async function runFloor(url: string, raws: readonly string[]): Promise<void> {
       const id = ids[i] as string;
       completes.evalsha(
         complete.sha,
-        2,
+        complete.keys,
         `floor:dedupe:${id}`,
         `floor:claims:${id}`,
+        `floor:owner:${id}`,
         tokens[i] as string,
         RETENTION_MS,
       );

@@ -150,6 +150,15 @@ function dedupeContract(name: string, factory: StoreFactory): void {
       expect(await store.peek('evt-1')).toBe('absent');
       expect(await store.complete('evt-1', a, RETENTION)).toBe(true);
       expect(await store.claim('evt-1', LEASE)).toEqual({ status: 'duplicate' });
+      // Extending takes the lease back; releasing gives it back uncounted.
+      const b = token(await store.claim('evt-2', LEASE));
+      advance(LEASE + 10);
+      expect(await store.extend('evt-2', b, LEASE)).toBe(true);
+      expect(await store.claim('evt-2', LEASE)).toEqual({ status: 'in_progress', retryAfterMs: LEASE });
+      advance(LEASE + 10);
+      await store.release('evt-2', b);
+      const next = await store.claim('evt-2', LEASE);
+      expect(next).toMatchObject({ status: 'claimed', abandoned: 0 });
     });
 
     it('the documented crash window: handler done, no complete → the event is claimable after the lease', async () => {

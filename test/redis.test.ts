@@ -268,22 +268,104 @@ describe.skipIf(!HAS_REDIS)('Redis dedupe with a real redis-server', () => {
     proxy.close();
   });
 
-  it('a release that fails is sent again once Redis answers: the failure the worker reported is not counted as abandoned', async () => {
+  it('a claim whose answer is lost is undone even after its lease ran out, if nobody claimed the event since', async () => {
+    const proxy = await cuttableProxy(server.port);
+    const store = createRedisDedupe({
+      url: `redis://127.0.0.1:${proxy.port}`,
+      prefix: 'lapsed',
+      logger: silentLogger(),
+    });
+    await store.peek('warm-up');
+    proxy.mute();
+    const claiming = store.claim('evt-lapsed', 300);
+    await vi.waitFor(async () => expect(await admin.exists('lapsed:default:dedupe:evt-lapsed')).toBe(1));
+    proxy.pause(); // the connection is lost, and no new one is made until the lease has run out
+    await expect(claiming).rejects.toBeInstanceOf(DedupeUnavailableError);
+    await vi.waitFor(async () => expect(await admin.exists('lapsed:default:dedupe:evt-lapsed')).toBe(0));
+    proxy.resume();
+    const counted = ['claims', 'owner'].map((kind) => `lapsed:default:${kind}:evt-lapsed`);
+    await vi.waitFor(async () => expect(await admin.exists(...counted)).toBe(0), { timeout: 5000 });
+    expect(await store.claim('evt-lapsed', 60_000)).toMatchObject({ status: 'claimed', abandoned: 0 });
+    await store.close();
+    proxy.close();
+  });
+
+  it('beside a worker of the version before owner keys (same keys, its own scripts), a token acts after its lease ran out only if its claim is still the last', async () => {
+    // That version's claim script: a lease and a count, no owner key.
+    const earlierClaim = `
+if redis.call('SET', KEYS[1], 'c:' .. ARGV[1], 'NX', 'PX', ARGV[2]) then
+  local n = redis.call('INCR', KEYS[2])
+  redis.call('PEXPIRE', KEYS[2], ARGV[3])
+  return {1, 0, n}
+end
+return {3, 0, 0}`;
+    const store = createRedisDedupe({ url: server.url, prefix: 'mixed', logger: silentLogger() });
+    const e = 'evt-mixed';
+    const keys = ['dedupe', 'claims'].map((kind) => `mixed:default:${kind}:${e}`);
+    const ours = await store.claim(e, 300);
+    if (ours.status !== 'claimed') throw new Error(ours.status);
+    await vi.waitFor(async () => expect(await store.peek(e)).toBe('absent'));
+    // The earlier worker takes the event over, and its lease runs out too.
+    expect(await admin.eval(earlierClaim, 2, ...keys, 'earlier.1', 300, 60_000)).toEqual([1, 0, 2]);
+    await vi.waitFor(async () => expect(await store.peek(e)).toBe('absent'));
+    expect(await store.complete(e, ours.token, 60_000)).toBe(false);
+    expect(await store.extend(e, ours.token, 60_000)).toBe(false);
+    await store.release(e, ours.token);
+    expect(await store.claim(e, 60_000)).toMatchObject({ status: 'claimed', abandoned: 2 });
+    await store.close();
+  });
+
+  it('a handler that overruns its timeout, then stops, gives its claim back after the lease ran out: not counted as abandoned, as on the other stores', async () => {
+    const consumer = createConsumer({
+      secrets: [{ id: 'current', secret: TEST_SIGNING_SECRET }],
+      dedupe: createRedisDedupe({ url: server.url, prefix: 'overrun', logger: silentLogger() }),
+      deadLetter: '/dev/null',
+      logger: silentLogger(),
+      leaseMs: 300,
+      handlerTimeoutMs: 200,
+    });
+    let stopped = 0;
+    consumer.on('daily.data.steps.created', async () => {
+      await new Promise((resolve) => setTimeout(resolve, 600)); // deaf to its abort signal
+      stopped++;
+    });
+    const event = createTestEnvelope('daily.data.steps.created');
+    const outcomes: string[] = [];
+    for (let attempt = 1; attempt <= 4; attempt++) {
+      const { outcome } = await consumer.process({ id: 'm1', body: event.raw, attempt });
+      outcomes.push(outcome.kind === 'ack' ? `ack:${outcome.result}` : `${outcome.kind}:${outcome.code}`);
+      await vi.waitFor(() => expect(stopped).toBe(attempt));
+      // Released once the handler stopped, its lease long gone by then.
+      await vi.waitFor(async () =>
+        expect(await admin.exists(`overrun:default:claims:${event.eventId}`)).toBe(0),
+      );
+    }
+    expect(outcomes).toEqual(Array.from({ length: 4 }, () => 'retry:HANDLER_TIMEOUT'));
+    await consumer.stop();
+  });
+
+  it('a release that fails is sent again once Redis answers, even after the lease ran out: the failure the worker reported is not counted as abandoned', async () => {
     const proxy = await cuttableProxy(server.port);
     const store = createRedisDedupe({
       url: `redis://127.0.0.1:${proxy.port}`,
       prefix: 'unreleased',
       logger: silentLogger(),
     });
-    const claim = await store.claim('evt-unreleased', 60_000);
+    const claim = await store.claim('evt-unreleased', 300);
     if (claim.status !== 'claimed') throw new Error(claim.status);
     proxy.pause(); // no connection for a while: the release fails at once
     await vi.waitFor(() => expect(store.available).toBe(false));
     await expect(store.release('evt-unreleased', claim.token)).rejects.toBeInstanceOf(DedupeUnavailableError);
+    await vi.waitFor(async () =>
+      expect(await admin.exists('unreleased:default:dedupe:evt-unreleased')).toBe(0),
+    );
     proxy.resume();
-    await vi.waitFor(async () => expect(await store.peek('evt-unreleased')).toBe('absent'), {
-      timeout: 5000,
-    });
+    await vi.waitFor(
+      async () => expect(await admin.exists('unreleased:default:claims:evt-unreleased')).toBe(0),
+      {
+        timeout: 5000,
+      },
+    );
     expect(await store.claim('evt-unreleased', 60_000)).toMatchObject({ status: 'claimed', abandoned: 0 });
     await store.close();
     proxy.close();

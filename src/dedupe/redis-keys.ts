@@ -1,17 +1,20 @@
 /**
  * The Redis keys of one event, all built here: `<prefix>:<tenant>:dedupe:<event id>` holds the
- * lease or the done record, `<prefix>:<tenant>:claims:<event id>` counts its claims. On a cluster
- * the event id is a hash tag (`{<event id>}`, see `hashTag`), so an event's keys share a slot and
- * one script can touch them all.
+ * lease or the done record, `<prefix>:<tenant>:claims:<event id>` counts its claims and
+ * `<prefix>:<tenant>:owner:<event id>` names the last one. On a cluster the event id is a hash
+ * tag (`{<event id>}`, see `hashTag`), so an event's keys share a slot and one script can touch
+ * them all.
  */
 export class RedisKeys {
   readonly #lease: string;
   readonly #claims: string;
+  readonly #owner: string;
   readonly #hashTag: boolean;
 
   constructor(base: string, hashTagged: boolean) {
     this.#lease = `${base}:dedupe:`;
     this.#claims = `${base}:claims:`;
+    this.#owner = `${base}:owner:`;
     this.#hashTag = hashTagged;
   }
 
@@ -25,10 +28,10 @@ export class RedisKeys {
     return this.#lease + this.#tag(eventId);
   }
 
-  /** The event's lease key and claims key, in the order the scripts take them. */
-  of(eventId: string): [lease: string, claims: string] {
+  /** The event's lease, claims and owner keys, in the order the scripts take them. */
+  of(eventId: string): [lease: string, claims: string, owner: string] {
     const tag = this.#tag(eventId);
-    return [this.#lease + tag, this.#claims + tag];
+    return [this.#lease + tag, this.#claims + tag, this.#owner + tag];
   }
 
   /** The key suffix of an event: the id itself, or on a cluster `{<id>}` (see `hashTag`). */

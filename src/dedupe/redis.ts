@@ -156,7 +156,9 @@ export class RedisDedupeStore implements DedupeStore {
 
   async extend(eventId: string, token: string, leaseMs: number): Promise<boolean> {
     if (!this.#usable()) await this.#beforeFirstCall();
-    return (await this.#run(REDIS_SCRIPTS.extend, [this.#keys.lease(eventId), token, leaseMs])) === 1;
+    const keys = this.#keys.of(eventId);
+    const memoryMs = leaseMs + ABANDONED_CLAIM_MEMORY_MS;
+    return (await this.#run(REDIS_SCRIPTS.extend, [...keys, token, leaseMs, memoryMs])) === 1;
   }
 
   async complete(eventId: string, token: string, retentionMs: number): Promise<boolean> {

@@ -100,6 +100,28 @@ export function realTimeContract(name: string, open: () => DedupeStore, skip = f
       expect(await store.complete(e, b, 60_000)).toBe(true);
     });
 
+    it('a lease that ran out with nobody claiming the event since still belongs to its token: complete, extend and release act', async () => {
+      const [done, extended, released] = [id(), id(), id()];
+      const a = tokenOf(await store.claim(done, SHORT));
+      const b = tokenOf(await store.claim(extended, SHORT));
+      const c = tokenOf(await store.claim(released, SHORT));
+      await sleep(PAST_SHORT);
+      expect(await store.peek(done)).toBe('absent');
+      // A handler that finished after its lease ran out: the event is recorded as done.
+      expect(await store.complete(done, a, 60_000)).toBe(true);
+      expect(await store.claim(done, LIVE)).toEqual({ status: 'duplicate' });
+      // A heartbeat that came late takes the lease back.
+      expect(await store.extend(extended, b, LIVE)).toBe(true);
+      stall();
+      expect((await store.claim(extended, LIVE)).status).toBe('in_progress');
+      expect(await store.complete(extended, b, 60_000)).toBe(true);
+      // A release after the lease ran out (a handler that overran it, then failed): not abandoned.
+      await store.release(released, c);
+      const next = await store.claim(released, LIVE);
+      expect(next.status === 'claimed' ? next.abandoned : next.status).toBe(0);
+      expect(await store.complete(released, c, 60_000)).toBe(false);
+    });
+
     it('extend keeps a lease past its first expiry', async () => {
       // Extended every quarter of the lease: a stall of half a second between two extensions
       // leaves the lease running. Kept until past the first expiry: the store took the claim
