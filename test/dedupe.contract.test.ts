@@ -268,6 +268,14 @@ function dedupeContract(name: string, factory: StoreFactory): void {
         'événement-☃-😀',
         'x'.repeat(2000),
         "evt'; DROP TABLE dedupe;--",
+        // Lone surrogates (a JSON body may spell them as \ud800): UTF-8 cannot carry them, and
+        // an encoder that writes U+FFFD for each would give these one key.
+        'evt_\ud800',
+        'evt_\ud801',
+        'evt_\udfff',
+        'evt_\ufffd',
+        '\ude00\ud83d',
+        '\ud83d',
       ];
       const tokens = await Promise.all(ids.map(async (id) => token(await store.claim(id, LEASE))));
       expect(new Set(tokens).size).toBe(ids.length);

@@ -63,6 +63,12 @@ describe('Redis Cluster settings', () => {
     expect(hashTag('}x')).toBe('{~}x}');
     expect(hashTag('~}x')).toBe('{~~}x}');
     expect(new Set(['}x', '~}x', '~x', 'x'].map(hashTag)).size).toBe(4);
+    // Not well-formed UTF-16: the hex of its code units, after a `~u:` no other id can start with.
+    expect(hashTag('e\ud800')).toBe('{~u:0065d800}');
+    expect(hashTag('~u:0065d800')).toBe('{~~u:0065d800}');
+    expect(new Set(['e\ud800', 'e\ud801', 'e\ufffd', '\ude00\ud83d', '~u:0065d800'].map(hashTag)).size).toBe(
+      5,
+    );
   });
 });
 
@@ -82,6 +88,8 @@ describe.skipIf(!HAS_REDIS)('Redis dedupe on a 3-master Redis Cluster', () => {
       '~tilde',
       '{braced}',
       'a}b{c',
+      'evt_\ud800', // keyed by its WTF-8 bytes, hashed by them
+      '}\udc00',
     ];
     for (const id of ids) {
       const claim = await store.claim(id, 60_000);

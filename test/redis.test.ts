@@ -12,6 +12,7 @@ import { createTestEnvelope, TEST_SIGNING_SECRET } from '../src/consumer/testing
 import { DedupeUnavailableError } from '../src/core/errors.js';
 import { silentLogger } from '../src/core/logger.js';
 import { createRedisDedupe, FAIL_FAST_OPTIONS } from '../src/dedupe/redis.js';
+import { wtf8 } from '../src/dedupe/redis-keys.js';
 import { MAX_OWED_CALLS, mayHaveRun, OwedCalls } from '../src/dedupe/redis-owed.js';
 import { ABANDONED_CLAIM_MEMORY_MS } from '../src/dedupe/types.js';
 import { HAS_REDIS, RedisServer } from './support/redis-server.js';
@@ -75,6 +76,21 @@ describe.skipIf(!HAS_REDIS)('Redis dedupe with a real redis-server', () => {
     expect((await b.claim('evt-shared', 5000)).status).toBe('claimed');
     expect(await admin.exists('p:acme:dedupe:evt-shared', 'p:globex:dedupe:evt-shared')).toBe(2);
     await Promise.all([a.close(), b.close()]);
+  });
+
+  it('a well-formed id keeps its key; an id with a lone surrogate is keyed by its WTF-8 bytes, apart from every other id', async () => {
+    const store = createRedisDedupe({ url: server.url, prefix: 'ids', logger: silentLogger() });
+    for (const id of ['evt_\ud800', 'evt_\ud801', 'evt_\ufffd', 'evt-plain']) {
+      expect((await store.claim(id, 60_000)).status).toBe('claimed');
+    }
+    expect(await admin.exists('ids:default:dedupe:evt-plain', 'ids:default:dedupe:evt_\ufffd')).toBe(2);
+    const bytes = (hex: string) =>
+      Buffer.concat([Buffer.from('ids:default:dedupe:evt_'), Buffer.from(hex, 'hex')]);
+    expect(await admin.exists(bytes('eda080'), bytes('eda081'))).toBe(2);
+    expect(wtf8('a\ud800b').toString('hex')).toBe('61eda08062');
+    expect(wtf8('\ude00\ud83d').toString('hex')).toBe('edb880eda0bd'); // two lone surrogates
+    expect(wtf8('\ud83d\ude00 é')).toEqual(Buffer.from('\ud83d\ude00 é', 'utf8')); // well-formed: UTF-8
+    await store.close();
   });
 
   it('one round trip each: claim and complete are one EVALSHA each; scripts loaded on connecting, sent whole again only when the server lost them', async () => {

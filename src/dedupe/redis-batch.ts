@@ -8,6 +8,9 @@ export interface LuaScript {
   readonly sha: string;
 }
 
+/** A script's keys and arguments: strings and numbers, and keys as bytes where UTF-8 cannot carry them. */
+export type ScriptArg = string | number | Buffer;
+
 /**
  * A pipeline is sent once it holds this many calls, without waiting for the turn to end: Redis
  * runs the first calls while this process still verifies the rest of a large receive, and their
@@ -18,7 +21,7 @@ export const MAX_CALLS_PER_PIPELINE = 32;
 
 interface PendingCall {
   readonly lua: LuaScript;
-  readonly keysAndArgs: readonly (string | number)[];
+  readonly keysAndArgs: readonly ScriptArg[];
   readonly resolve: (reply: unknown) => void;
   readonly reject: (error: unknown) => void;
 }
@@ -47,7 +50,7 @@ export class ScriptBatcher {
     this.#toError = toError;
   }
 
-  run(lua: LuaScript, keysAndArgs: readonly (string | number)[]): Promise<unknown> {
+  run(lua: LuaScript, keysAndArgs: readonly ScriptArg[]): Promise<unknown> {
     return new Promise((resolve, reject) => {
       this.#queue.push({ lua, keysAndArgs, resolve, reject });
       if (this.#queue.length >= MAX_CALLS_PER_PIPELINE) {
@@ -108,7 +111,7 @@ export class ScriptBatcher {
 export async function runScript(
   redis: Redis | Cluster,
   lua: LuaScript,
-  keysAndArgs: readonly (string | number)[],
+  keysAndArgs: readonly ScriptArg[],
   toError: (cause: unknown) => Error,
 ): Promise<unknown> {
   try {

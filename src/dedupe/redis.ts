@@ -4,7 +4,7 @@ import type { Logger } from 'pino';
 import { backoff } from '../core/backoff.js';
 import { ConfigError, DedupeUnavailableError, errorMessage } from '../core/errors.js';
 import { createLogger } from '../core/logger.js';
-import { type LuaScript, runScript, ScriptBatcher } from './redis-batch.js';
+import { type LuaScript, runScript, type ScriptArg, ScriptBatcher } from './redis-batch.js';
 import {
   ClusterHealth,
   clusterOptions,
@@ -213,7 +213,7 @@ export class RedisDedupeStore implements DedupeStore {
    * One round trip: EVALSHA (on one Redis, in the turn's pipeline; on a cluster, auto-pipelined),
    * EVAL after NOSCRIPT. No async frame around the batcher's promise: this is the hot path.
    */
-  #run(lua: LuaScript, keysAndArgs: (string | number)[]): Promise<unknown> {
+  #run(lua: LuaScript, keysAndArgs: ScriptArg[]): Promise<unknown> {
     if (this.#batcher) return this.#batcher.run(lua, keysAndArgs);
     return runScript(this.#redis, lua, keysAndArgs, (cause) => this.#unavailable(cause));
   }

@@ -184,6 +184,20 @@ export function realTimeContract(name: string, open: () => DedupeStore, skip = f
       tokenOf(await store.claim(e, LIVE));
     });
 
+    it('ids are kept apart exactly, also ids that are not well-formed UTF-16 (lone surrogates)', async () => {
+      const base = id();
+      const suffixes = ['\ud800', '\ud801', '\udfff', '\ufffd', '\ude00\ud83d', '\ud83d\ude00', '\u0000', ''];
+      const ids = suffixes.map((suffix) => `${base}${suffix}`);
+      const tokens = await Promise.all(ids.map(async (e) => tokenOf(await store.claim(e, LIVE))));
+      stall();
+      expect(await store.complete(ids[0] as string, tokens[0] as string, 60_000)).toBe(true);
+      expect(await Promise.all(ids.map((e) => store.peek(e)))).toEqual(
+        ids.map((_, i) => (i === 0 ? 'done' : 'in_progress')),
+      );
+      expect(await store.complete(ids[1] as string, tokens[0] as string, 60_000)).toBe(false);
+      expect(await store.complete(ids[1] as string, tokens[1] as string, 60_000)).toBe(true);
+    });
+
     it('of 50 concurrent claims of one event exactly one wins; 200 distinct claims all win', async () => {
       const e = id();
       const same = await Promise.all(
