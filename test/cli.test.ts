@@ -391,6 +391,25 @@ export default { '*': async () => { process.stdout.write('started\\n'); while (!
     expect(result.stdout).toContain('need a restart to change');
   });
 
+  it('survives SIGHUP while it starts (before the secrets are watched), then runs to its end', async () => {
+    const file = writeJsonl('events.jsonl', [createTestEnvelope('daily.data.steps.created').raw]);
+    // A handlers module that takes a while to load: start-up is still under way meanwhile.
+    const handlers = writeHandlers(
+      `process.stdout.write('loading handlers\\n');
+await new Promise((r) => setTimeout(r, 1500));
+export default { '*': () => {} };`,
+    );
+    const cli = startCli(['run', '--source', `file:${file}`, '--handlers', handlers, '--dedupe', 'memory']);
+    await vi.waitFor(() => expect(cli.output()).toContain('loading handlers'), {
+      timeout: 10_000,
+      interval: 20,
+    });
+    cli.child.kill('SIGHUP');
+    const result = await cli.done;
+    // Ended by the signal, the process would have no exit code (null), its one event unhandled.
+    expect(result.code).toBe(0);
+  });
+
   it('names the problem and exits 2 on bad arguments', async () => {
     const result = await runCli(['run', '--source', 'kafka://x', '--forward', 'http://127.0.0.1:9/']);
     expect(result.code).toBe(2);

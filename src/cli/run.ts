@@ -80,6 +80,20 @@ export async function runCommand(args: string[]): Promise<number> {
   }
   // Redacted: a stray argument is often a URL that lost its flag, query key and all.
   if (positionals.length > 0) throw new UsageError(`unexpected argument "${redact(positionals[0] ?? '')}"`);
+  // SIGHUP reloads the secrets while the worker runs (runUntilStopped). While it starts (the
+  // secrets are being read then anyway) and while it closes, the signal's default action would
+  // end the process half-way: a config manager's SIGHUP must never cost a drain.
+  const holdHup = () => {};
+  process.on('SIGHUP', holdHup);
+  try {
+    return await runWorker(values);
+  } finally {
+    process.off('SIGHUP', holdHup);
+  }
+}
+
+/** `run` once its flags are read: start, run until stopped, close. */
+async function runWorker(values: RunValues): Promise<number> {
   const config = resolveSidecarConfig({
     ...(values.config ? { file: configFromFile(values.config) } : {}),
     env: configFromEnv(process.env),
