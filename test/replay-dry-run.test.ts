@@ -118,3 +118,37 @@ describe('replay --dry-run when the kit fails on a record', () => {
     expect(code).toBe(1);
   });
 });
+
+describe('replay --dry-run and two records of one event', () => {
+  const event = createTestEnvelope('daily.data.steps.created');
+  const other = createTestEnvelope('daily.data.steps.created');
+
+  it('shows the second as a duplicate, as the replay sends each event once per run', async () => {
+    const file = writeJsonl(dir.path, 'in.jsonl', [event.raw, other.raw, event.raw]);
+    const code = await dryRun(file, options(true), new Keyring(SECRETS), createMemoryDedupe());
+    const lines = jsonLines(out.stdout);
+    expect(lines.slice(0, 3).map((l) => [l.event_id, l.action])).toEqual([
+      [event.eventId, 'forward'],
+      [other.eventId, 'forward'],
+      [event.eventId, 'skip-duplicate'],
+    ]);
+    expect(lines[2]?.reason).toBe('an earlier record of this run sends this event');
+    expect(lines.at(-1)).toMatchObject({ total: 3, would_forward: 2, duplicates: 1 });
+    expect(code).toBe(0);
+  });
+
+  it('with --force too: an event the store marks done is forced once, its second record is a duplicate', async () => {
+    const dedupe = createMemoryDedupe();
+    const claim = await dedupe.claim(event.eventId, 60_000);
+    if (claim.status !== 'claimed') throw new Error('expected a claim');
+    await dedupe.complete(event.eventId, claim.token, 60_000);
+    const file = writeJsonl(dir.path, 'in.jsonl', [event.raw, event.raw]);
+    await dryRun(file, { ...options(true), force: true }, new Keyring(SECRETS), dedupe);
+    const lines = jsonLines(out.stdout);
+    expect(lines.slice(0, 2).map((l) => [l.action, l.forced ?? false])).toEqual([
+      ['forward', true],
+      ['skip-duplicate', false],
+    ]);
+    expect(lines.at(-1)).toMatchObject({ total: 2, would_forward: 1, duplicates: 1, forced: 1 });
+  });
+});

@@ -96,7 +96,7 @@ export async function dryRun(
     errors: 0,
     forced: 0,
   };
-  const judging: Judge = { options, keyring, dedupe, reporter: new ErrorReporter() };
+  const judging: Judge = { options, keyring, dedupe, reporter: new ErrorReporter(), sent: new Set() };
   try {
     for await (const message of records(source, reader)) {
       const row = await judge(message, judging);
@@ -161,12 +161,17 @@ interface Judge {
   readonly keyring: Keyring;
   readonly dedupe: DedupeStore;
   readonly reporter: ErrorReporter;
+  /**
+   * The events this dry run would send: the replay sends each event once per run (a second
+   * record of it in the file is a duplicate then), with `--force` and `--to` too.
+   */
+  readonly sent: Set<string>;
 }
 
 /** One record's row: verified and looked up, rejected, or an error of the kit (told on stderr). */
 async function judge(
   message: ReplayMessage,
-  { options, keyring, dedupe, reporter }: Judge,
+  { options, keyring, dedupe, reporter, sent }: Judge,
 ): Promise<DryRunRow> {
   let verified: VerifiedMessage;
   try {
@@ -187,7 +192,9 @@ async function judge(
     return { event_id: null, event_type: null, action: 'error', code: 'INTERNAL_ERROR', reason };
   }
   try {
-    return await judgeVerified(verified, options, dedupe);
+    const row = await judgeVerified(verified, options, dedupe, sent);
+    if (row.action === 'forward' || row.action === 'inject') sent.add(verified.eventId);
+    return row;
   } catch (error) {
     // The store's failure (DEDUPE_UNAVAILABLE), or a bug past verification.
     const code = isPartnerEventsError(error) ? error.code : 'INTERNAL_ERROR';
@@ -232,10 +239,19 @@ async function judgeVerified(
   verified: VerifiedMessage,
   options: DryRunOptions,
   dedupe: DedupeStore,
+  sent: ReadonlySet<string>,
 ): Promise<DryRunRow> {
   const ids = { event_id: verified.eventId, event_type: verified.eventType, key_id: verified.keyId };
   const validation = validateEvent(verified.eventType, verified.payload);
   if (!validation.ok) return { ...ids, action: 'reject', code: validation.code, reason: validation.reason };
+  if (sent.has(verified.eventId)) {
+    return {
+      ...ids,
+      action: 'skip-duplicate',
+      code: null,
+      reason: 'an earlier record of this run sends this event',
+    };
+  }
   const injecting = options.to !== undefined;
   const state = await dedupe.peek(verified.eventId);
   if (state === 'done' && !options.force) return { ...ids, action: 'skip-duplicate', code: null };
