@@ -146,14 +146,29 @@ describe('FileSource: a read that fails is not the end of the file', () => {
 });
 
 describe('the CLI over a file it cannot read', () => {
-  it('run --source file:DIR exits 1, logging the read failure, instead of ending as a finished file', async () => {
+  it('run --source file:DIR is a usage error (exit 2), as replay DIR is', async () => {
     const result = await runCli(['run', '--source', `file:${dir.path}`, '--forward', 'http://127.0.0.1:9/']);
-    expect(result.code).toBe(1);
-    const logs = jsonLines(result.stdout);
-    expect(logs).toContainEqual(
-      expect.objectContaining({ msg: 'receive failed', err: expect.stringContaining('EISDIR') }),
-    );
+    expect(result.code).toBe(2);
+    expect(result.stderr).toContain('is a directory: run reads one JSONL file');
   });
+
+  it.skipIf(!existsSync(PROC_MEM))(
+    'run --source file: whose read fails (EIO) exits 1, logging the read failure, instead of ending as a finished file',
+    async () => {
+      const result = await runCli([
+        'run',
+        '--source',
+        `file:${PROC_MEM}`,
+        '--forward',
+        'http://127.0.0.1:9/',
+      ]);
+      expect(result.code).toBe(1);
+      const logs = jsonLines(result.stdout);
+      expect(logs).toContainEqual(
+        expect.objectContaining({ msg: 'receive failed', err: expect.stringContaining('EIO') }),
+      );
+    },
+  );
 
   it.skipIf(!existsSync(PROC_MEM))(
     'replay of a file whose read fails (EIO) exits 1, with read_failed in the summary',

@@ -1,4 +1,4 @@
-import { existsSync } from 'node:fs';
+import { existsSync, statSync } from 'node:fs';
 import { redact } from '../../src/core/redact.js';
 import { defineTransport, SpecError } from '../../src/core/transport.js';
 
@@ -15,6 +15,10 @@ export const fileTransport = defineTransport({
       const path = spec.slice(PREFIX.length);
       if (!path) throw new SpecError('--source file: needs a path');
       if (!existsSync(path)) throw new SpecError(`--source ${spec}: no such file`);
+      // As replay refuses one (exit 2): a usage error, not a read that fails once running (exit 1).
+      if (statSync(path).isDirectory()) {
+        throw new SpecError(`--source ${spec} is a directory: run reads one JSONL file`);
+      }
       const { createFileSource } = await import('./adapter.js');
       return createFileSource({ path });
     },
