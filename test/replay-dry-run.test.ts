@@ -152,3 +152,28 @@ describe('replay --dry-run and two records of one event', () => {
     expect(lines.at(-1)).toMatchObject({ total: 2, would_forward: 1, duplicates: 1, forced: 1 });
   });
 });
+
+describe('replay --dry-run --to --force with a store that cannot forget', () => {
+  it('is refused as the replay refuses it (CONFIG_INVALID), before any line is judged', async () => {
+    const file = writeJsonl(dir.path, 'in.jsonl', [createTestEnvelope('daily.data.steps.created').raw]);
+    const memory = createMemoryDedupe();
+    const { forget: _cannot, ...store } = {
+      claim: memory.claim.bind(memory),
+      extend: memory.extend.bind(memory),
+      complete: memory.complete.bind(memory),
+      release: memory.release.bind(memory),
+      peek: memory.peek.bind(memory),
+      close: memory.close.bind(memory),
+      forget: memory.forget.bind(memory),
+    };
+    const to = { ...options(true), to: `file:${dir.path}/out.jsonl`, force: true };
+    await expect(dryRun(file, to, new Keyring(SECRETS), store)).rejects.toMatchObject({
+      code: 'CONFIG_INVALID',
+      message: expect.stringContaining('needs a dedupe store that can forget an event'),
+    });
+    expect(out.stdout).toBe('');
+    // A store that can forget is judged as usual.
+    await dryRun(file, to, new Keyring(SECRETS), createMemoryDedupe());
+    expect(jsonLines(out.stdout)[0]).toMatchObject({ action: 'inject' });
+  });
+});

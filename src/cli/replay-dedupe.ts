@@ -43,6 +43,18 @@ export function forcingDedupe(store: DedupeStore, onForced: (eventId: string) =>
 }
 
 /**
+ * `replay --to --force` deletes the store's done record of each forced event: a store that cannot
+ * is refused before anything is sent (and by the dry run, which must decide as the run does).
+ */
+export function checkCanForget(store: DedupeStore): void {
+  if (!store.forget) {
+    throw new ConfigError(
+      '--force with --to needs a dedupe store that can forget an event (sqlite:, redis:): this one cannot',
+    );
+  }
+}
+
+/**
  * `replay --to`: the worker's store is only read (the worker claims and completes when it
  * processes the re-injected envelope); an event it marks done is a duplicate unless `force`.
  * With `force`, the store's done record is deleted (`forget`) just before the event is
@@ -54,11 +66,7 @@ export function injectingDedupe(
   options: { force: boolean; onForced: (eventId: string) => void },
 ): DedupeStore {
   const forget = store.forget?.bind(store);
-  if (options.force && !forget) {
-    throw new ConfigError(
-      '--force with --to needs a dedupe store that can forget an event (sqlite:, redis:): this one cannot',
-    );
-  }
+  if (options.force) checkCanForget(store);
   const run = createMemoryDedupe();
   return {
     async claim(eventId: string, leaseMs: number): Promise<ClaimResult> {

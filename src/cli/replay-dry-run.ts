@@ -9,6 +9,7 @@ import { describeUrl } from '../sidecar/forward.js';
 import { describeSpec } from '../transports.js';
 import { writeLine } from './common.js';
 import type { ReplayFilter } from './filters.js';
+import { checkCanForget } from './replay-dedupe.js';
 import {
   maxStopFields,
   readFailedField,
@@ -98,6 +99,8 @@ export async function dryRun(
   };
   const judging: Judge = { options, keyring, dedupe, reporter: new ErrorReporter(), sent: new Set() };
   try {
+    // Refused as the replay itself refuses it, before a line is judged.
+    if (options.to !== undefined && options.force) checkCanForget(dedupe);
     for await (const message of records(source, reader)) {
       const row = await judge(message, judging);
       count(counts, row);
