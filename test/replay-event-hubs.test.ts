@@ -267,7 +267,11 @@ describe('a hub the replay cannot read', () => {
       });
       expect(replay.code, replay.stderr).toBe(1);
       expect(Date.now() - started).toBeLessThan(30_000);
-      expect(replay.summary).toMatchObject({ total: 0, forwarded: 0, failed: 0 });
+      expect(replay.summary, `${replay.stdout}\n${replay.stderr}`).toMatchObject({
+        total: 0,
+        forwarded: 0,
+        failed: 0,
+      });
       const why = String(replay.summary?.read_failed);
       expect(why).toMatch(
         new RegExp(

@@ -19,6 +19,7 @@ import type { RawMessage, SourceAdapter } from '../../src/core/source-adapter.js
 import { Waker } from '../../src/core/waker.js';
 import { envelopeText } from './body.js';
 import { openConsumerClient, openPoisonHub } from './clients.js';
+import { closeGuarded } from './close-guard.js';
 import { type EventHubsAdapterOptions, eventHubsAdapterSchema, schemaOptionsOf } from './options.js';
 import { PartitionLane } from './partition-lane.js';
 import type { PoisonHub } from './poison-hub.js';
@@ -227,6 +228,10 @@ export class EventHubsAdapter implements SourceAdapter<EventHubsMessage> {
     this.#waker.wake();
     this.#closing.abort();
     await Promise.all(this.#poisonSends);
+    await closeGuarded(this.#logger, () => this.#closeClients());
+  }
+
+  async #closeClients(): Promise<void> {
     try {
       await this.#subscription?.close();
     } catch (error) {

@@ -21,6 +21,7 @@ import {
 import { Waker } from '../../src/core/waker.js';
 import { envelopeText } from './body.js';
 import { withoutEntityPath } from './clients.js';
+import { closeGuarded } from './close-guard.js';
 import { clientFor, type EventHubsAuth, eventHubsAuthFromEnv } from './credentials.js';
 import { CLI_SCHEME } from './names.js';
 import { HUB_NAME } from './options.js';
@@ -194,8 +195,10 @@ class HubChannel implements SideChannel {
   async close(): Promise<void> {
     this.#stopped.abort();
     this.#drained.wake();
-    await Promise.all(this.#subscriptions.map((s) => s.close()));
-    await this.#client.close();
+    await closeGuarded(this.#context.logger, async () => {
+      await Promise.all(this.#subscriptions.map((s) => s.close()));
+      await this.#client.close();
+    });
   }
 
   #rangeOf(p: PartitionProperties): PartitionRange | undefined {
