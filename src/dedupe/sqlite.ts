@@ -86,7 +86,9 @@ export class SqliteDedupeStore implements DedupeStore {
   }
 
   extend(eventId: string, token: string, leaseMs: number): Promise<boolean> {
-    return this.#enqueue(() => this.#stmt.extend.run(this.#now() + leaseMs, eventId, token).changes === 1);
+    return this.#enqueue(
+      () => this.#stmt.extend.run(this.#now() + leaseMs, sqlId(eventId), token).changes === 1,
+    );
   }
 
   complete(eventId: string, token: string, retentionMs: number): Promise<boolean> {
@@ -106,21 +108,22 @@ export class SqliteDedupeStore implements DedupeStore {
 
   release(eventId: string, token: string): Promise<void> {
     return this.#enqueue(() => {
-      this.#stmt.endLease.run(eventId, token);
+      this.#stmt.endLease.run(sqlId(eventId), token);
     });
   }
 
   forget(eventId: string): Promise<boolean> {
-    return this.#enqueue(() => this.#stmt.forget.run(eventId, this.#now()).changes === 1);
+    return this.#enqueue(() => this.#stmt.forget.run(sqlId(eventId), this.#now()).changes === 1);
   }
 
   peek(eventId: string): Promise<DedupeState> {
     // Through the queue, so it sees every operation issued before it.
     return this.#enqueue((): DedupeState => {
       const now = this.#now();
-      const record = this.#stmt.record.get(eventId);
+      const id = sqlId(eventId);
+      const record = this.#stmt.record.get(id);
       if (record && record.expires_at > now) return record.done === 1 ? 'done' : 'in_progress';
-      const lease = this.#stmt.lease.get(eventId);
+      const lease = this.#stmt.lease.get(id);
       return lease && lease.expires_at > now ? 'in_progress' : 'absent';
     });
   }
@@ -153,27 +156,29 @@ export class SqliteDedupeStore implements DedupeStore {
 
   #claimOne(eventId: string, leaseMs: number, now: number): ClaimResult {
     const token = this.#tokenPrefix + (++this.#tokenSeq).toString(36);
+    const id = sqlId(eventId);
     // The common case, a first delivery: one statement, a lease row if the event is not done.
-    if (this.#stmt.claimNew.run(eventId, token, now + leaseMs, eventId, now).changes === 1) {
+    if (this.#stmt.claimNew.run(id, token, now + leaseMs, id, now).changes === 1) {
       return { status: 'claimed', token, abandoned: 0 };
     }
-    const record = this.#stmt.record.get(eventId);
+    const record = this.#stmt.record.get(id);
     if (record && record.expires_at > now) {
       // done = 0 is a lease written by a version before leases had their own table.
       return record.done === 1
         ? { status: 'duplicate' }
         : { status: 'in_progress', retryAfterMs: record.expires_at - now };
     }
-    const taken = this.#stmt.takeOver.get(token, now + leaseMs, eventId, now);
+    const taken = this.#stmt.takeOver.get(token, now + leaseMs, id, now);
     if (taken) return { status: 'claimed', token, abandoned: taken.claims - 1 };
-    const lease = this.#stmt.lease.get(eventId);
+    const lease = this.#stmt.lease.get(id);
     if (!lease) return { status: 'in_progress', retryAfterMs: 0 }; // purged between the statements
     return { status: 'in_progress', retryAfterMs: lease.expires_at - now };
   }
 
   #completeOne(eventId: string, token: string, expiresAt: number): boolean {
-    if (this.#stmt.endLease.run(eventId, token).changes !== 1) return false;
-    this.#stmt.recordDone.run(eventId, expiresAt);
+    const id = sqlId(eventId);
+    if (this.#stmt.endLease.run(id, token).changes !== 1) return false;
+    this.#stmt.recordDone.run(id, expiresAt);
     return true;
   }
 
@@ -350,14 +355,30 @@ export const SQLITE_STATEMENTS = {
     'DELETE FROM leases WHERE event_id IN (SELECT event_id FROM leases WHERE expires_at <= ? LIMIT ?)',
 } as const;
 
+/** An event id as a statement binds it (`sqlId`). */
+type SqlId = string | Buffer;
+
+/**
+ * An event id as the store keeps it: as text, except an id that is not well-formed UTF-16 (a
+ * lone surrogate, which a signed JSON body can spell as `\ud800`). better-sqlite3 binds text as
+ * UTF-8, and on newer V8 (Node 24) that turns each lone surrogate into U+FFFD: `evt_\ud800` and
+ * `evt_\ud801` would share a row, and the second event be acked as a duplicate of the first.
+ * Such an id is bound as a BLOB of its UTF-16 code units instead: one-to-one, and never equal to
+ * any text id (SQLite compares no BLOB equal to a TEXT value). Well-formed ids, all real ones,
+ * keep their keys.
+ */
+function sqlId(eventId: string): SqlId {
+  return eventId.isWellFormed() ? eventId : Buffer.from(eventId, 'utf16le');
+}
+
 /** The store's statements, prepared once. */
 function prepareStatements(db: Database.Database) {
   const sql = SQLITE_STATEMENTS;
   return {
-    claimNew: db.prepare<[string, string, number, string, number]>(sql.claimNew),
-    record: db.prepare<[string], { done: number; expires_at: number }>(sql.record),
-    lease: db.prepare<[string], { expires_at: number }>(sql.lease),
-    takeOver: db.prepare<[string, number, string, number], { claims: number }>(sql.takeOver),
+    claimNew: db.prepare<[SqlId, string, number, SqlId, number]>(sql.claimNew),
+    record: db.prepare<[SqlId], { done: number; expires_at: number }>(sql.record),
+    lease: db.prepare<[SqlId], { expires_at: number }>(sql.lease),
+    takeOver: db.prepare<[string, number, SqlId, number], { claims: number }>(sql.takeOver),
     extend: db.prepare(sql.extend),
     endLease: db.prepare(sql.endLease),
     recordDone: db.prepare(sql.recordDone),
