@@ -6,7 +6,7 @@ import {
 } from '@aws-sdk/client-sqs';
 import type { Logger } from 'pino';
 import { errorMessage } from '../../src/core/errors.js';
-import type { DeadOutcome } from '../../src/core/outcome.js';
+import { type DeadOutcome, reasonForCopy } from '../../src/core/outcome.js';
 import { isRefusedContent, isRetryableFailure, sqsFailure } from './errors.js';
 import { isFifoQueue, queueNameOf } from './options.js';
 import { withAttempts } from './retry.js';
@@ -36,8 +36,6 @@ export interface DeadLetterQueueSendContext {
  */
 export type DeadLetterCopy = { readonly sent: true } | { readonly sent: false; readonly why: string };
 
-/** Why a reason is cut at all: a handler's error text can be long, and it is only a hint. */
-const MAX_REASON_CHARS = 1024;
 const REASON = 'partner_events_reason';
 
 /**
@@ -178,7 +176,7 @@ function copyAttributes(
     attributes.push(['partner_events_sent_timestamp', number(message.enqueuedAt)]);
   }
   attributes.push(['partner_events_dead_lettered_at', text(new Date().toISOString())]);
-  attributes.push([REASON, text(cutChars(outcome.reason, MAX_REASON_CHARS))]);
+  attributes.push([REASON, text(reasonForCopy(outcome.reason))]);
   return attributes;
 }
 
@@ -233,13 +231,6 @@ function text(value: string): MessageAttributeValue {
 
 function number(value: number): MessageAttributeValue {
   return { DataType: 'Number', StringValue: String(value) };
-}
-
-/** At most `max` UTF-16 units, never half a surrogate pair. */
-function cutChars(value: string, max: number): string {
-  if (value.length <= max) return value;
-  const end = /[\uD800-\uDBFF]/.test(value.charAt(max - 1)) ? max - 1 : max;
-  return value.slice(0, end);
 }
 
 /** The longest start of `value` (whole characters) within `maxBytes` of UTF-8. */

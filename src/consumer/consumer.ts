@@ -298,8 +298,8 @@ export class Consumer<M extends RawMessage = RawMessage> {
     const watches = heartbeats ? batch.map((m) => heartbeats.watch(m)) : undefined;
     const traces = tracer ? batch.map((m) => tracer.begin(m)) : undefined;
     const reported = new Uint8Array(batch.length);
+    // processBatch reports each message once (BatchInFlight): no second guard here.
     const onResult = (i: number, result: ProcessResult) => {
-      if (reported[i]) return;
       reported[i] = 1;
       const watch = watches?.[i];
       this.#settle(source, batch[i] as M, result, traces?.[i], watch, settled);
